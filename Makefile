@@ -1,0 +1,41 @@
+# Two commands for a newcomer: `make demo` and `make test`. Both set up .venv first and are idempotent.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test test-slow lint format bench experiments clean
+
+$(STAMP): setup.py constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip "setuptools<80" wheel
+	# torch first and pinned: an unpinned torch drags in GBs of CUDA wheels.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/mnemo-mpc demo --out out/demo
+
+test: $(STAMP) lint
+	OMP_NUM_THREADS=2 $(PY) -m pytest -q
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+bench: $(STAMP)
+	$(VENV)/bin/mnemo-mpc bench sqp --out out/bench_sqp.json
+
+experiments: $(STAMP)
+	$(PY) -m mnemo_mpc.experiments run all --quick --out out/experiments
+
+clean:
+	rm -rf $(VENV) build install log out *.egg-info

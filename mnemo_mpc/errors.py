@@ -1,0 +1,21 @@
+"""Exceptions a user can act on. The CLI prints them as one line and exits non-zero."""
+
+
+class MnemoError(Exception):
+    """Base class: every message names the field or file and what was expected."""
+
+
+class InputError(MnemoError, ValueError):
+    """A value handed to the library is malformed (NaN pose, negative resolution, wrong shape...)."""
+
+
+class MapFormatError(InputError):
+    """A map file (YAML/PGM/...) is unreadable or inconsistent."""
+
+
+class InfeasibleProblemError(InputError):
+    """The planning problem itself is invalid: start in collision, goal in an obstacle or unknown space."""
+
+
+class DatasetError(MnemoError):
+    """An on-disk dataset store is unreadable, inconsistent, or of the wrong schema version."""

@@ -1,0 +1,1 @@
+"""ROS-free navigation controller: grid + pose + goal -> checked velocity command."""

@@ -1,0 +1,1 @@
+"""Robot model, occupancy grid + ESDF, SQP MPC (CasADi) and global path."""

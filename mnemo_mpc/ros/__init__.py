@@ -1,0 +1,1 @@
+"""The rclpy node and message conversions: the only place that imports rclpy."""

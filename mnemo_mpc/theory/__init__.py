@@ -1,0 +1,1 @@
+"""Associative-memory models for the theory studies (seed 002 §4, seed 004)."""

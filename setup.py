@@ -1,0 +1,54 @@
+"""mnemo_mpc: an ament_python ROS2 package that is also a plain pip package."""
+
+from glob import glob
+
+from setuptools import find_packages, setup
+
+PACKAGE = "mnemo_mpc"
+
+setup(
+    name=PACKAGE,
+    version="0.1.0",
+    description=(
+        "Real-time optimisation-based navigation: a spatial Mnemosyne ViT warm-starts a CasADi SQP MPC; "
+        "plus the Mnemosyne / Memformer / associative-memory research studies."
+    ),
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
+    package_data={PACKAGE: ["sim/assets/*.urdf"]},
+    data_files=[
+        ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
+        (f"share/{PACKAGE}", ["package.xml"]),
+        (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
+        (f"share/{PACKAGE}/config", glob("config/*.yaml")),
+        (f"share/{PACKAGE}/models", glob("models/*.onnx") + glob("models/*.md") + glob("models/*.json")),
+    ],
+    install_requires=[
+        "numpy",
+        "scipy",
+        "casadi",
+        "scikit-image",
+        "matplotlib",
+        "tqdm",
+        "pyyaml",
+        "pybullet",
+        "zarr>=3",
+        "onnx",
+        "onnxruntime",
+        "rosbags",
+        "scikit-learn",
+        "torch",
+    ],
+    extras_require={
+        "dev": ["pytest", "pytest-timeout", "ruff", "catkin_pkg", "colcon-core", "colcon-ros", "ray[default]"],
+        "ray": ["ray[default]"],
+    },
+    zip_safe=True,
+    entry_points={
+        "console_scripts": [
+            "mnemo-mpc = mnemo_mpc.cli:main",
+            "nav_node = mnemo_mpc.ros.node:main",
+        ],
+    },
+)
