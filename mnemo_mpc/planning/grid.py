@@ -1,0 +1,145 @@
+"""Occupancy grid in the nav_msgs/OccupancyGrid convention.
+
+`data[row, col]` holds -1 (unknown) or an occupancy probability 0..100. Row 0 is the bottom of the map (smallest y),
+as in nav_msgs and after map_server flips the image. Cell (row, col) covers
+`[ox + col*res, ox + (col+1)*res) x [oy + row*res, oy + (row+1)*res)` in the map frame, where (ox, oy, oyaw) is
+the origin pose of cell (0, 0)'s outer corner. A non-zero origin yaw rotates the grid about that corner.
+
+Classification policy (stated once, used everywhere): a cell is OCCUPIED if its value >= `occupied_thresh`, FREE if
+0 <= value <= `free_thresh`, and UNKNOWN otherwise (-1, or a value between the thresholds). What the planner does with
+unknown cells is its `unknown_policy` (see `mnemo_mpc.planning.esdf`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from mnemo_mpc.errors import InputError
+
+UNKNOWN = -1
+FREE = 0
+OCCUPIED = 100
+
+
+@dataclass(frozen=True)
+class OccupancyGrid:
+    data: np.ndarray  # (H, W) int8
+    resolution: float  # metres per cell
+    origin: tuple[float, float, float] = (0.0, 0.0, 0.0)  # x, y, yaw of cell (0, 0)'s corner in the map frame
+    occupied_thresh: int = 65
+    free_thresh: int = 25
+
+    def __post_init__(self) -> None:
+        data = np.asarray(self.data)
+        if data.ndim != 2 or data.shape[0] < 1 or data.shape[1] < 1:
+            raise InputError(f"OccupancyGrid.data: expected a non-empty 2-D array, got shape {data.shape}")
+        if not np.issubdtype(data.dtype, np.integer):
+            raise InputError(f"OccupancyGrid.data: expected integers (-1 or 0..100), got dtype {data.dtype}")
+        if data.size and (data.min() < -1 or data.max() > 100):
+            raise InputError(
+                f"OccupancyGrid.data: values must be -1 (unknown) or 0..100, got range [{data.min()}, {data.max()}]"
+            )
+        res = float(self.resolution)
+        if not math.isfinite(res) or res <= 0.0:
+            raise InputError(f"OccupancyGrid.resolution: expected a finite positive number of metres, got {res}")
+        if len(self.origin) != 3 or not all(math.isfinite(float(v)) for v in self.origin):
+            raise InputError(f"OccupancyGrid.origin: expected finite (x, y, yaw), got {self.origin}")
+        if not 0 <= self.free_thresh < self.occupied_thresh <= 100:
+            raise InputError(
+                f"OccupancyGrid thresholds: expected 0 <= free_thresh < occupied_thresh <= 100, "
+                f"got free={self.free_thresh}, occupied={self.occupied_thresh}"
+            )
+        object.__setattr__(self, "data", data.astype(np.int8, copy=False))
+        object.__setattr__(self, "resolution", res)
+        object.__setattr__(self, "origin", tuple(float(v) for v in self.origin))
+
+    # --- geometry -------------------------------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.data.shape  # (rows = H, cols = W)
+
+    @property
+    def size_m(self) -> tuple[float, float]:
+        """(width along x, height along y) in metres."""
+        return self.data.shape[1] * self.resolution, self.data.shape[0] * self.resolution
+
+    def world_to_grid(self, xy: np.ndarray) -> np.ndarray:
+        """Map-frame points (..., 2) -> continuous grid coordinates (..., 2) as (col, row) in cells, where the
+        centre of cell (r, c) is at (c + 0.5, r + 0.5)."""
+        xy = np.asarray(xy, dtype=float)
+        ox, oy, yaw = self.origin
+        d = xy - np.array([ox, oy])
+        c, s = math.cos(yaw), math.sin(yaw)
+        local = np.stack([c * d[..., 0] + s * d[..., 1], -s * d[..., 0] + c * d[..., 1]], axis=-1)
+        return local / self.resolution
+
+    def grid_to_world(self, colrow: np.ndarray) -> np.ndarray:
+        """Inverse of `world_to_grid`."""
+        colrow = np.asarray(colrow, dtype=float) * self.resolution
+        ox, oy, yaw = self.origin
+        c, s = math.cos(yaw), math.sin(yaw)
+        x = ox + c * colrow[..., 0] - s * colrow[..., 1]
+        y = oy + s * colrow[..., 0] + c * colrow[..., 1]
+        return np.stack([x, y], axis=-1)
+
+    def world_to_cell(self, xy: np.ndarray) -> np.ndarray:
+        """Map-frame points (..., 2) -> integer (row, col) indices (..., 2); may lie outside the grid."""
+        g = np.floor(self.world_to_grid(xy)).astype(int)
+        return np.stack([g[..., 1], g[..., 0]], axis=-1)
+
+    def cell_centers(self) -> tuple[np.ndarray, np.ndarray]:
+        """(X, Y) map-frame coordinates of every cell centre, each of shape (H, W)."""
+        rows, cols = np.mgrid[0 : self.shape[0], 0 : self.shape[1]]
+        xy = self.grid_to_world(np.stack([cols + 0.5, rows + 0.5], axis=-1))
+        return xy[..., 0], xy[..., 1]
+
+    def in_bounds(self, cells: np.ndarray) -> np.ndarray:
+        cells = np.asarray(cells)
+        return (
+            (cells[..., 0] >= 0)
+            & (cells[..., 0] < self.shape[0])
+            & (cells[..., 1] >= 0)
+            & (cells[..., 1] < self.shape[1])
+        )
+
+    # --- classification -------------------------------------------------------------------------------------------
+    def occupied_mask(self) -> np.ndarray:
+        return self.data >= self.occupied_thresh
+
+    def free_mask(self) -> np.ndarray:
+        return (self.data >= 0) & (self.data <= self.free_thresh)
+
+    def unknown_mask(self) -> np.ndarray:
+        return ~(self.occupied_mask() | self.free_mask())
+
+    # --- nav_msgs/OccupancyGrid flat form --------------------------------------------------------------------------
+    @classmethod
+    def from_msg_arrays(
+        cls,
+        width: int,
+        height: int,
+        resolution: float,
+        origin: tuple[float, float, float],
+        data: np.ndarray | list[int],
+        **thresholds: int,
+    ) -> OccupancyGrid:
+        """From nav_msgs/OccupancyGrid fields: `data` is row-major, length width*height, row 0 at the origin."""
+        flat = np.asarray(data)
+        if flat.ndim != 1 or flat.size != int(width) * int(height):
+            raise InputError(
+                f"OccupancyGrid msg: data has {flat.size} values, expected width*height = {int(width) * int(height)}"
+            )
+        return cls(flat.reshape(int(height), int(width)), resolution, origin, **thresholds)
+
+    def to_msg_arrays(self) -> dict:
+        """The nav_msgs/OccupancyGrid info + data fields (origin as x, y, yaw)."""
+        return {
+            "width": self.shape[1],
+            "height": self.shape[0],
+            "resolution": self.resolution,
+            "origin": self.origin,
+            "data": self.data.reshape(-1).copy(),
+        }
