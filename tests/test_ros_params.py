@@ -1,0 +1,55 @@
+"""Node parameters: config/nav.yaml, the NavParams dataclass and the core's defaults agree."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from mnemo_mpc.errors import InputError
+from mnemo_mpc.planning.robot import RobotModel
+from mnemo_mpc.ros.params import NODE_NAME, NavParams, write_default_yaml
+
+CONFIG = Path(__file__).resolve().parents[1] / "config" / "nav.yaml"
+
+
+def test_shipped_yaml_sets_every_parameter_to_its_default():
+    params = NavParams.from_yaml(CONFIG)
+    assert params == NavParams()
+    import yaml
+
+    names = set(yaml.safe_load(CONFIG.read_text())[NODE_NAME]["ros__parameters"])
+    assert names == {f.name for f in dataclasses.fields(NavParams)}
+
+
+def test_shipped_yaml_is_the_generated_one(tmp_path):
+    write_default_yaml(tmp_path / "nav.yaml")
+    assert (tmp_path / "nav.yaml").read_text() == CONFIG.read_text()
+
+
+def test_every_parameter_is_described():
+    assert all(len(d) > 10 for d in NavParams().descriptions().values())
+
+
+def test_robot_defaults_match_the_core():
+    assert NavParams().robot_model() == RobotModel()
+
+
+def test_unknown_and_mistyped_parameters_are_named(tmp_path):
+    with pytest.raises(InputError, match="unknown parameter.*horizon"):
+        NavParams.from_dict({"horizon": 30})
+    with pytest.raises(InputError, match="max_iter expected int"):
+        NavParams.from_dict({"max_iter": "10"})
+    assert NavParams.from_dict({"dt": 1}).dt == 1.0  # YAML ints are accepted where floats are expected
+    with pytest.raises(InputError, match="dt: expected > 0"):
+        NavParams.from_dict({"dt": 0.0})
+    with pytest.raises(InputError, match="unknown_policy"):
+        NavParams.from_dict({"unknown_policy": "maybe"})
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("other_node:\n  ros__parameters: {}\n")
+    with pytest.raises(InputError, match="ros__parameters"):
+        NavParams.from_yaml(bad)
+    bad.write_text("mnemo_mpc_nav: [unclosed\n")
+    with pytest.raises(InputError, match="cannot read"):
+        NavParams.from_yaml(bad)
