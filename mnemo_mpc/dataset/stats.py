@@ -1,0 +1,81 @@
+"""Summary of an SQP dataset store (`mnemo-mpc data stats`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mnemo_mpc.dataset.store import DatasetStore
+
+
+def _pct(values: np.ndarray, digits: int = 4) -> dict[str, float | None]:
+    if values.size == 0:
+        return {"mean": None, "p50": None, "p95": None, "max": None}
+    return {
+        "mean": round(float(values.mean()), digits),
+        "p50": round(float(np.percentile(values, 50)), digits),
+        "p95": round(float(np.percentile(values, 95)), digits),
+        "max": round(float(values.max()), digits),
+    }
+
+
+def _disk_bytes(root: Path) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            try:
+                total += os.path.getsize(os.path.join(dirpath, f))
+            except OSError:
+                pass
+    return total
+
+
+def dataset_stats(root: str | os.PathLike[str], verify: bool = True) -> dict[str, Any]:
+    """Counts, episode outcomes, per-step solver statistics (expert and closed-loop MPC) and disk size.
+
+    With `verify`, every world is opened and checked against the manifest (raises `DatasetError` on damage).
+    """
+    store = DatasetStore.open(root)
+    cols: dict[str, list[np.ndarray]] = {
+        k: [] for k in ("expert_iterations", "expert_time_s", "expert_success", "mpc_iterations", "mpc_time_s")
+    }
+    steps_per_world = []
+    grid_shapes: set[tuple[int, ...]] = set()
+    horizons: set[int] = set()
+    for wid in store.world_ids:
+        entry = store.world_entry(wid)
+        steps_per_world.append(entry["steps"])
+        if not verify and entry["steps"] == 0:
+            continue
+        g = store.open_world(wid)
+        if entry["steps"] == 0:
+            continue
+        for k in cols:
+            cols[k].append(g[k][:])
+        grid_shapes.add(tuple(int(s) for s in g["grid"].shape[1:]))
+        horizons.add(int(g["expert_controls"].shape[1]))
+    cat = {k: (np.concatenate(v) if v else np.zeros(0)) for k, v in cols.items()}
+    ok = cat["expert_success"].astype(bool)
+    counts = store.manifest["counts"]
+    spw = np.asarray(steps_per_world, dtype=float)
+    return {
+        "root": str(Path(root).resolve()),
+        "schema_version": store.manifest["schema_version"],
+        "package_version": store.manifest.get("package_version"),
+        "worlds": counts["worlds"],
+        "worlds_by_status": counts["worlds_by_status"],
+        "examples": counts["examples"],
+        "examples_expert_converged": counts["examples_expert_converged"],
+        "steps_per_world": _pct(spw, 1),
+        "grid_shapes": sorted(list(s) for s in grid_shapes),
+        "horizons": sorted(horizons),
+        "expert_iterations": _pct(cat["expert_iterations"][ok].astype(float), 3),
+        "expert_time_ms": _pct(cat["expert_time_s"][ok] * 1e3, 3),
+        "mpc_iterations": _pct(cat["mpc_iterations"].astype(float), 3),
+        "mpc_time_ms": _pct(cat["mpc_time_s"] * 1e3, 3),
+        "disk_bytes": _disk_bytes(Path(root)),
+        "config": store.manifest["config"],
+    }

@@ -1,0 +1,215 @@
+"""Dataset store, loader and stats on synthetic records (no planner needed)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from mnemo_mpc.dataset.loader import SQPStepDataset, split_worlds
+from mnemo_mpc.dataset.stats import dataset_stats
+from mnemo_mpc.dataset.store import (
+    MANIFEST,
+    SCHEMA_VERSION,
+    TMP_DIR,
+    WORLDS_DIR,
+    DatasetStore,
+    WorldRecord,
+    world_name,
+    write_world,
+)
+from mnemo_mpc.errors import DatasetError
+
+H, W, N = 12, 10, 5
+CONFIG = {"generator": {"size": 8}, "planner": {"N": N}, "seed": 0}
+
+
+def synthetic_record(world_id: int, steps: int, status: str = "success", rng_seed: int = 0) -> WorldRecord:
+    rng = np.random.default_rng(rng_seed + world_id)
+    t = np.arange(steps)
+    return WorldRecord(
+        world_id=world_id,
+        seed=1000 + world_id,
+        kind="rooms",
+        status=status,
+        steps={
+            "step": t,
+            "grid": rng.choice(np.array([-1, 0, 100], np.int8), size=(steps, H, W)),
+            "grid_origin": rng.normal(size=(steps, 3)),
+            "grid_resolution": np.full(steps, 0.05),
+            "pose": np.stack([t * 0.1, t * 0.0 + world_id, t * 0.0], axis=1),
+            "velocity": rng.normal(size=(steps, 2)),
+            "goal": np.tile([5.0, 5.0, 0.0], (steps, 1)),
+            "subgoal": np.tile([1.0, 1.0, 0.0], (steps, 1)),
+            "expert_states": rng.normal(size=(steps, N + 1, 3)),
+            "expert_controls": rng.normal(size=(steps, N, 2)),
+            "expert_iterations": rng.integers(1, 20, steps),
+            "expert_time_s": rng.uniform(0.001, 0.01, steps),
+            "expert_status": ["Solve_Succeeded"] * (steps - 1) + ["Maximum_Iterations_Exceeded"] if steps else [],
+            "expert_success": np.arange(steps) < steps - 1,
+            "mpc_iterations": rng.integers(1, 10, steps),
+            "mpc_time_s": rng.uniform(0.001, 0.01, steps),
+            "mpc_status": ["Solve_Succeeded"] * steps,
+            "mpc_success": np.ones(steps, bool),
+            "command": rng.normal(size=(steps, 2)),
+        },
+        info={"time_s": steps * 0.1},
+    )
+
+
+def test_write_commit_and_loader_roundtrip(tmp_path):
+    root = tmp_path / "ds"
+    store = DatasetStore.create_or_resume(root, CONFIG)
+    records = [synthetic_record(0, 20), synthetic_record(1, 20, status="collision")]
+    for rec in records:
+        store.record_world(write_world(root, rec))
+    manifest = json.loads((root / MANIFEST).read_text())
+    assert manifest["schema_version"] == SCHEMA_VERSION
+    assert manifest["counts"]["examples"] == 40
+    assert manifest["counts"]["worlds_by_status"]["collision"] == 1
+    assert not any((root / TMP_DIR).glob("*"))
+
+    ds = SQPStepDataset(root, split="all", only_converged=False)
+    assert len(ds) == 40
+    seen = set()
+    for i in range(len(ds)):
+        item = ds[i]
+        rec = records[item["world_id"]]
+        s = item["step"]
+        seen.add((item["world_id"], s))
+        np.testing.assert_array_equal(item["grid"].numpy(), rec.steps["grid"][s])
+        np.testing.assert_allclose(item["expert_states"].numpy(), rec.steps["expert_states"][s], rtol=1e-6)
+        np.testing.assert_allclose(item["pose"].numpy(), rec.steps["pose"][s], rtol=1e-6)
+    assert len(seen) == 40
+    # Batched fetch returns the same items as one-by-one fetch.
+    batch = ds.__getitems__([39, 0, 21, 0])
+    for b, i in zip(batch, [39, 0, 21, 0], strict=True):
+        np.testing.assert_array_equal(b["grid"].numpy(), ds[i]["grid"].numpy())
+        assert b["step"] == ds[i]["step"]
+    # Only converged expert steps by default (the last step of each synthetic world did not converge).
+    assert len(SQPStepDataset(root, split="all")) == 38
+
+
+def test_loader_through_torch_dataloader(tmp_path):
+    torch = pytest.importorskip("torch")
+    root = tmp_path / "ds"
+    store = DatasetStore.create_or_resume(root, CONFIG)
+    for wid in range(3):
+        store.record_world(write_world(root, synthetic_record(wid, 7)))
+    ds = SQPStepDataset(root, split="all")
+    batches = list(torch.utils.data.DataLoader(ds, batch_size=5, shuffle=True))
+    assert sum(b["grid"].shape[0] for b in batches) == len(ds) == 18
+    assert batches[0]["grid"].shape[1:] == (H, W)
+    assert batches[0]["expert_controls"].shape[1:] == (N, 2)
+
+
+def test_split_is_by_world_and_disjoint(tmp_path):
+    train, val = split_worlds(range(50), val_fraction=0.2, seed=3)
+    assert len(val) == 10 and not set(train) & set(val) and sorted(train + val) == list(range(50))
+    assert split_worlds(range(50), 0.2, 3) == (train, val)
+    root = tmp_path / "ds"
+    store = DatasetStore.create_or_resume(root, CONFIG)
+    for wid in range(6):
+        store.record_world(write_world(root, synthetic_record(wid, 4)))
+    tr = SQPStepDataset(root, split="train", val_fraction=0.34)
+    va = SQPStepDataset(root, split="val", val_fraction=0.34)
+    tr_worlds = {tr[i]["world_id"] for i in range(len(tr))}
+    va_worlds = {va[i]["world_id"] for i in range(len(va))}
+    assert va_worlds and tr_worlds and not tr_worlds & va_worlds
+    assert len(tr) + len(va) == len(SQPStepDataset(root, split="all"))
+
+
+def test_resume_skips_committed_cleans_tmp_and_repairs_manifest(tmp_path):
+    root = tmp_path / "ds"
+    store = DatasetStore.create_or_resume(root, CONFIG)
+    store.record_world(write_world(root, synthetic_record(0, 5)))
+    # A world committed by a worker that died before the coordinator wrote the manifest:
+    write_world(root, synthetic_record(1, 6))
+    # A half-written world of a killed worker:
+    (root / TMP_DIR / "w000002-999-dead").mkdir(parents=True)
+    (root / TMP_DIR / "w000002-999-dead" / "junk").write_bytes(b"x")
+    store2 = DatasetStore.create_or_resume(root, CONFIG)
+    assert store2.committed_world_ids() == {0, 1}
+    assert store2.manifest["counts"]["examples"] == 11
+    assert not (root / TMP_DIR).exists()
+    # Writing a committed world again keeps the first copy: no duplicates.
+    write_world(root, synthetic_record(1, 9))
+    assert DatasetStore.open(root).open_world(1)["step"].shape[0] == 6
+    assert len(list((root / WORLDS_DIR).glob("w*"))) == 2
+
+
+def test_failed_world_is_recorded_not_dropped(tmp_path):
+    root = tmp_path / "ds"
+    store = DatasetStore.create_or_resume(root, CONFIG)
+    rec = synthetic_record(4, 0, status="error")
+    rec.info["error"] = "InfeasibleProblemError: start in collision"
+    store.record_world(write_world(root, rec))
+    s = dataset_stats(root)
+    assert s["worlds"] == 1 and s["worlds_by_status"]["error"] == 1 and s["examples"] == 0
+    assert len(SQPStepDataset(root, split="all")) == 0
+
+
+def test_stats_counts(tmp_path):
+    root = tmp_path / "ds"
+    store = DatasetStore.create_or_resume(root, CONFIG)
+    for wid in range(2):
+        store.record_world(write_world(root, synthetic_record(wid, 20)))
+    s = dataset_stats(root)
+    assert s["examples"] == 40 and s["examples_expert_converged"] == 38
+    assert s["grid_shapes"] == [[H, W]] and s["horizons"] == [N]
+    assert 1 <= s["expert_iterations"]["mean"] < 20
+    assert s["disk_bytes"] > 0
+
+
+def test_bad_stores_raise_clear_errors(tmp_path):
+    with pytest.raises(DatasetError, match="no manifest.json"):
+        DatasetStore.open(tmp_path / "nothing")
+    root = tmp_path / "ds"
+    store = DatasetStore.create_or_resume(root, CONFIG)
+    store.record_world(write_world(root, synthetic_record(0, 3)))
+    manifest = json.loads((root / MANIFEST).read_text())
+
+    bad = dict(manifest, schema_version=SCHEMA_VERSION + 1)
+    (root / MANIFEST).write_text(json.dumps(bad))
+    with pytest.raises(DatasetError, match="schema_version"):
+        DatasetStore.open(root)
+
+    (root / MANIFEST).write_text("{not json")
+    with pytest.raises(DatasetError, match="unreadable manifest"):
+        DatasetStore.open(root)
+
+    ghost = dict(manifest)
+    ghost["worlds"] = dict(manifest["worlds"], **{"7": dict(manifest["worlds"]["0"], world_id=7)})
+    (root / MANIFEST).write_text(json.dumps(ghost))
+    with pytest.raises(DatasetError, match="inconsistent store"):
+        DatasetStore.open(root)
+
+    wrong_steps = dict(manifest)
+    wrong_steps["worlds"] = {"0": dict(manifest["worlds"]["0"], steps=4)}
+    (root / MANIFEST).write_text(json.dumps(wrong_steps))
+    with pytest.raises(DatasetError, match="inconsistent world"):
+        DatasetStore.open(root).open_world(0)
+
+    (root / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(DatasetError, match="different config"):
+        DatasetStore.create_or_resume(root, dict(CONFIG, seed=1))
+    (root / WORLDS_DIR / world_name(0) / "zarr.json").write_text("garbage")
+    with pytest.raises(DatasetError, match="unreadable world group"):
+        DatasetStore.open(root).open_world(0)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "file.txt").write_text("x")
+    with pytest.raises(DatasetError, match="not empty"):
+        DatasetStore.create_or_resume(other, CONFIG)
+
+
+def test_inconsistent_record_is_rejected(tmp_path):
+    rec = synthetic_record(0, 5)
+    rec.steps["pose"] = rec.steps["pose"][:4]
+    with pytest.raises(DatasetError, match="disagree"):
+        write_world(tmp_path, rec)
+    rec = synthetic_record(0, 5)
+    rec.steps["expert_states"][2, 0, 0] = np.nan
+    with pytest.raises(DatasetError, match="NaN"):
+        write_world(tmp_path, rec)
