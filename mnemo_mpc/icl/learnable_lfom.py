@@ -1,0 +1,159 @@
+"""Linear first-order methods learned directly as algorithms (seed 001 §5, Thm 5.1).
+
+An LFOM (Eq. 16, seed 000; Eq. 1.1, seed 001) run on one in-context prompt minimises the empirical least-squares
+loss of that prompt (Eq. 12, seed 000),
+
+    R(w) = 1/(2n) ||X^T w - y||^2,      grad R(w) = (1/n) X (X^T w - y),
+
+with iterates
+
+    w^{k+1} = w^0 + sum_{i=0}^{k} Gamma_i^k grad R(w^i),        Gamma_i^k diagonal,
+
+and predicts y(n+1) = <w^K, x(n+1)>. Seed 001 §5 treats the Gamma_i^k themselves as the parameters theta of a
+global algorithm: one shared set for every prompt, fitted by Adam on the in-context loss, and Thm 5.1 bounds the
+gap between its empirical and population in-context loss. The variants here:
+
+- ``"scalar"``: Gamma_i^k = gamma_i^k I (Eq. 15, seed 000: GD, heavy ball, NAG-on-w are of this form);
+- ``"diagonal"``: Gamma_i^k diagonal (Eq. 16, the LFOM class proper);
+- ``"preconditioned"``: diagonal Gamma_i^k applied to preconditioned gradients A_i grad R(w^i) with a learnable full
+  A_i per step, the "LFOM-like" class that the LFOM Memformer (Eq. 20) realises when its A_l are not scalar.
+
+``tie_steps=True`` imposes Gamma_i^k = Gamma_i for all k >= i, the special case seed 000 §3.3 trains for the
+Memformer.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Literal
+
+import torch
+from torch import nn
+
+from mnemo_mpc.errors import InputError
+
+log = logging.getLogger(__name__)
+
+LFOMKind = Literal["scalar", "diagonal", "preconditioned"]
+KINDS: tuple[str, ...] = ("scalar", "diagonal", "preconditioned")
+
+
+def split_prompt(z0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Split prompts Z_0 (Eq. 2, seed 000; shape (B, d+1, n+1)) into covariates X (B, n, d), responses y (B, n)
+    and the query x(n+1) (B, d)."""
+    if z0.ndim != 3 or z0.shape[1] < 2 or z0.shape[2] < 2:
+        raise InputError(f"prompt Z0: expected shape (batch, d+1, n+1) with d, n >= 1, got {tuple(z0.shape)}")
+    d = z0.shape[1] - 1
+    x = z0[:, :d, :-1].transpose(1, 2)
+    y = z0[:, d, :-1]
+    return x, y, z0[:, :d, -1]
+
+
+def least_squares_gradient(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """grad R(w) = (1/n) X (X^T w - y) of the in-context loss (Eq. 12, seed 000), batched: x (B, n, d),
+    y (B, n), w (B, d) -> (B, d)."""
+    n = x.shape[1]
+    resid = torch.einsum("bnd,bd->bn", x, w) - y
+    return torch.einsum("bnd,bn->bd", x, resid) / n
+
+
+def momentum_gammas(steps: int, eta: float, beta: float) -> torch.Tensor:
+    """Gamma_i^k of heavy-ball momentum GD (seed 000 §2.2 / App. B.2: v <- beta v - eta grad, w <- w + v) written as
+    an LFOM: unrolling gives w^{k+1} = w^0 - eta sum_i (1 - beta^(k-i+1)) / (1 - beta) grad R(w^i). Returns a
+    (steps, steps) lower-triangular tensor of the scalar weights gamma_i^k."""
+    if steps < 1:
+        raise InputError(f"steps: expected >= 1, got {steps}")
+    g = torch.zeros(steps, steps, dtype=torch.float64)
+    for k in range(steps):
+        for i in range(k + 1):
+            # sum_{m=0}^{k-i} beta^m, written as a sum so beta = 1 needs no special case
+            g[k, i] = -eta * sum(beta**m for m in range(k - i + 1))
+    return g
+
+
+class LearnableLFOM(nn.Module):
+    """A K-step LFOM whose weights Gamma_i^k are learnable parameters (seed 001 §5; Eq. 16, seed 000).
+
+    ``forward(z0)`` returns the predictions of y(n+1) after 0..K steps, shape (B, K+1), so it is compared per
+    layer with a K-layer Memformer. The iteration starts at w^0 = 0, as the Memformer does (Lemma 1, seed 000).
+    Initialisation is plain GD with step ``init_step`` (Gamma_i^k = -init_step I for every i <= k, Eq. 14): a
+    random start makes the K-fold product of step maps explode and is not what an optimiser designer would pick.
+    """
+
+    def __init__(
+        self,
+        d: int,
+        steps: int,
+        kind: LFOMKind = "diagonal",
+        tie_steps: bool = False,
+        init_step: float = 0.1,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__()
+        if kind not in KINDS:
+            raise InputError(f"kind: expected one of {KINDS}, got {kind!r}")
+        if d < 1 or steps < 1:
+            raise InputError(f"d and steps: expected >= 1, got d={d}, steps={steps}")
+        self.d, self.steps, self.kind, self.tie_steps = d, steps, kind, tie_steps
+        width = 1 if kind == "scalar" else d
+        rows = 1 if tie_steps else steps
+        gamma = torch.zeros(rows, steps, width, dtype=dtype)
+        if tie_steps:
+            gamma[0, :, :] = -init_step
+        else:
+            for k in range(steps):
+                gamma[k, : k + 1, :] = -init_step
+        self.gamma = nn.Parameter(gamma)
+        self.register_buffer("causal", torch.tril(torch.ones(steps, steps, dtype=dtype))[:, :, None])
+        if kind == "preconditioned":
+            self.precond = nn.Parameter(torch.eye(d, dtype=dtype).repeat(steps, 1, 1))
+        else:
+            self.register_parameter("precond", None)
+
+    def weights(self) -> torch.Tensor:
+        """Gamma_i^k as a (K, K, width) tensor, zero for i > k (an LFOM only uses past gradients)."""
+        g = self.gamma.expand(self.steps, -1, -1) if self.tie_steps else self.gamma
+        return g * self.causal
+
+    @torch.no_grad()
+    def set_scalar_weights(self, gammas: torch.Tensor) -> None:
+        """Load scalar weights gamma_i^k (a (K, K) lower-triangular tensor, e.g. `momentum_gammas`) into every
+        coordinate of Gamma_i^k; preconditioners, if any, are reset to I."""
+        if gammas.shape != (self.steps, self.steps):
+            raise InputError(f"gammas: expected shape ({self.steps}, {self.steps}), got {tuple(gammas.shape)}")
+        if self.tie_steps:
+            raise InputError("set_scalar_weights: tie_steps=True cannot hold step-dependent Gamma_i^k")
+        self.gamma.copy_(gammas.to(self.gamma.dtype)[:, :, None].expand_as(self.gamma))
+        if self.precond is not None:
+            self.precond.copy_(torch.eye(self.d, dtype=self.precond.dtype).repeat(self.steps, 1, 1))
+
+    def iterates(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """w^0..w^K for covariates x (B, n, d) and responses y (B, n); shape (B, K+1, d)."""
+        if x.ndim != 3 or x.shape[2] != self.d or y.shape != x.shape[:2]:
+            raise InputError(
+                f"x, y: expected shapes (B, n, {self.d}) and (B, n), got {tuple(x.shape)}, {tuple(y.shape)}"
+            )
+        gam = self.weights()
+        w0 = torch.zeros(x.shape[0], self.d, dtype=x.dtype, device=x.device)
+        ws, grads = [w0], []
+        for k in range(self.steps):
+            g = least_squares_gradient(x, y, ws[-1])
+            if self.precond is not None:
+                g = g @ self.precond[k].transpose(0, 1)
+            grads.append(g)
+            hist = torch.stack(grads, dim=1)  # (B, k+1, d)
+            ws.append(w0 + (hist * gam[k, : k + 1]).sum(dim=1))
+        return torch.stack(ws, dim=1)
+
+    def forward(self, z0: torch.Tensor) -> torch.Tensor:
+        """Predictions <w^k, x(n+1)> for k = 0..K from prompts Z_0 (B, d+1, n+1); shape (B, K+1)."""
+        x, y, xq = split_prompt(z0)
+        return torch.einsum("bkd,bd->bk", self.iterates(x, y), xq)
+
+
+def lfom_parameter_count(model: LearnableLFOM) -> int:
+    """Free parameters of the learned algorithm (Remark 3.3, seed 001: one shared set, independent of the batch)."""
+    free = int(model.causal.sum().item()) * model.gamma.shape[-1] if not model.tie_steps else model.gamma.numel()
+    if model.precond is not None:
+        free += model.precond.numel()
+    return free
