@@ -1,0 +1,231 @@
+"""Training protocol of seed 000 §3.3 for linear transformers and Memformers.
+
+"We optimize the function f (8) … using the ADAM optimizer. The matrices A_ℓ are initialized with i.i.d. Gaussian
+entries. Each gradient step is computed using a batch of size 1000, and we resample the batch every 100 steps. We
+clip the gradient of each matrix to have a maximum norm of 0.01. All plots are averaged over five runs, each with a
+different randomly sampled U." The paper gives no step count or learning rate; `TrainConfig`'s defaults for those
+(20 000 steps, lr 0.01 halved every 4 000 steps, Adam β = (0.99, 0.9)) are ours, chosen so that the 1-layer model
+reaches its optimum on this task, and recorded in every results.json.
+
+A per-layer curve ("log(Loss) vs number of layers/steps", Fig. 1–5) is made of separately trained models with
+L = 1, 2, …, L_max layers (`train_per_depth`), not of the intermediate outputs of one deep model, whose early layers
+are never asked to predict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from mnemo_mpc.errors import InputError
+from mnemo_mpc.icl.data import ICLBatch, LinearRegressionTask
+from mnemo_mpc.icl.linear_transformer import in_context_loss
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+@dataclass
+class TrainConfig:
+    """§3.3's protocol. `resample_every = 0` trains on one fixed batch (§4's small-batch experiments)."""
+
+    steps: int = 20000
+    batch_size: int = 1000
+    resample_every: int = 100
+    lr: float = 0.01
+    betas: tuple[float, float] = (0.99, 0.9)
+    lr_halve_every: int = 4000  # 0: constant learning rate
+    clip: float = 0.01  # per-matrix gradient norm cap; 0 disables clipping
+    dtype: str = "float32"
+    device: str = "cpu"
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.steps < 0 or self.batch_size < 1 or self.resample_every < 0:
+            raise InputError(
+                f"TrainConfig: steps >= 0, batch_size >= 1, resample_every >= 0 expected; got steps={self.steps}, "
+                f"batch_size={self.batch_size}, resample_every={self.resample_every}"
+            )
+        if not self.lr > 0 or self.clip < 0:
+            raise InputError(f"TrainConfig: lr > 0 and clip >= 0 expected, got lr={self.lr}, clip={self.clip}")
+        if self.dtype not in DTYPES:
+            raise InputError(f"TrainConfig.dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+
+@dataclass
+class TrainResult:
+    """Loss every `record_every` steps (the training batch's loss before the step) and the wall time."""
+
+    steps: list[int] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    @property
+    def final_loss(self) -> float:
+        return self.losses[-1] if self.losses else float("nan")
+
+
+def clip_per_matrix_(groups: Iterable[tuple[torch.Tensor, int]], max_norm: float) -> None:
+    """Scale each matrix's gradient (each trailing 2-D slice when matrix_dims = 2, each entry when 0) to norm
+    <= max_norm, in place (§3.3: "clip the gradient of each matrix to have a maximum norm of 0.01")."""
+    for p, matrix_dims in groups:
+        if p.grad is None:
+            continue
+        g = p.grad
+        if matrix_dims == 2 and g.ndim >= 2:
+            norms = g.flatten(-2).norm(dim=-1)[..., None, None]
+        else:
+            norms = g.abs()
+        g.mul_(torch.clamp(max_norm / norms.clamp_min(1e-30), max=1.0))
+
+
+def _clip_groups(model: nn.Module, params: list[torch.Tensor]) -> list[tuple[torch.Tensor, int]]:
+    wanted = {id(p) for p in params}
+    if hasattr(model, "clip_groups"):
+        return [(p, m) for p, m in model.clip_groups() if id(p) in wanted]
+    return [(p, 2 if p.ndim >= 2 else 0) for p in params]
+
+
+def train(
+    model: nn.Module,
+    task: LinearRegressionTask,
+    cfg: TrainConfig,
+    generator: torch.Generator,
+    params: list[torch.Tensor] | None = None,
+    fixed_batch: ICLBatch | None = None,
+    desc: str = "train",
+    record_every: int = 100,
+) -> TrainResult:
+    """Minimise Eq. 8 with Adam and per-matrix clipping (§3.3). `params` restricts what is trained (e.g. only Γ when
+    fine-tuning); `fixed_batch` trains on that batch only (§4); otherwise a fresh batch of `cfg.batch_size` prompts is
+    drawn from `task` every `cfg.resample_every` steps."""
+    from tqdm import tqdm
+
+    params = list(model.parameters()) if params is None else list(params)
+    if not params:
+        raise InputError("train: no parameters to train")
+    opt = torch.optim.Adam(params, lr=cfg.lr, betas=cfg.betas)
+    groups = _clip_groups(model, params)
+    res = TrainResult()
+    batch = fixed_batch
+    t0 = time.perf_counter()
+    for step in tqdm(range(cfg.steps), desc=desc, leave=False, disable=not cfg.progress, mininterval=1.0):
+        if cfg.lr_halve_every and step > 0 and step % cfg.lr_halve_every == 0:
+            for group in opt.param_groups:
+                group["lr"] *= 0.5
+        if fixed_batch is None and (batch is None or (cfg.resample_every and step % cfg.resample_every == 0)):
+            batch = task.sample(cfg.batch_size, generator)
+        opt.zero_grad(set_to_none=True)
+        loss = in_context_loss(model(batch.Z0), batch.y_query)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"{desc}: loss became {float(loss.detach())} at step {step}")
+        loss.backward()
+        if cfg.clip > 0:
+            clip_per_matrix_(groups, cfg.clip)
+        opt.step()
+        if step % record_every == 0 or step == cfg.steps - 1:
+            res.steps.append(step)
+            res.losses.append(float(loss.detach()))
+    res.wall_s = time.perf_counter() - t0
+    log.debug("%s: %d steps in %.1f s, final loss %.4g", desc, cfg.steps, res.wall_s, res.final_loss)
+    return res
+
+
+@torch.no_grad()
+def test_loss(model: nn.Module, batch: ICLBatch) -> float:
+    """Eq. 8 on a held-out batch (the final layer's prediction)."""
+    return float(in_context_loss(model(batch.Z0), batch.y_query))
+
+
+@torch.no_grad()
+def layer_test_losses(model: nn.Module, batch: ICLBatch) -> list[float]:
+    """Eq. 8 after each layer of one model (intermediate outputs; see the module docstring for why the figures use
+    `train_per_depth` instead)."""
+    return [float(in_context_loss(Z, batch.y_query)) for Z in model(batch.Z0, return_layers=True)]
+
+
+def copy_attention_parameters(src: nn.Module, dst: nn.Module) -> None:
+    """Copy the shared attention parameters (A, B, P, Q, a) from a trained transformer into a Memformer of the same
+    depth, so the Memformer is fine-tuned from the transformer (App. D: "first train the A_ℓ's … then fine-tune the
+    Γ_ℓ's"). Raises if the two disagree in shape."""
+    src_params = dict(src.named_parameters())
+    copied = 0
+    with torch.no_grad():
+        for name, p in dst.named_parameters():
+            if name in ("A", "B", "P", "Q", "a") and name in src_params:
+                if src_params[name].shape != p.shape:
+                    raise InputError(
+                        f"copy_attention_parameters: {name} is {tuple(src_params[name].shape)} in the "
+                        f"source and {tuple(p.shape)} in the target"
+                    )
+                p.copy_(src_params[name])
+                copied += 1
+    if copied == 0:
+        raise InputError("copy_attention_parameters: no attention parameters in common")
+
+
+@dataclass
+class DepthRun:
+    """One model per depth L = 1..L_max: its held-out loss and training curve."""
+
+    layers: list[int]
+    test_losses: list[float]
+    train_results: list[TrainResult]
+    models: list[nn.Module]
+
+
+def train_per_depth(
+    build: Callable[[int], nn.Module],
+    max_layers: int,
+    task: LinearRegressionTask,
+    cfg: TrainConfig,
+    seed: int,
+    test_batch: ICLBatch,
+    fixed_batch: ICLBatch | None = None,
+    init_from: list[nn.Module] | None = None,
+    trainable: Callable[[nn.Module], list[torch.Tensor]] | None = None,
+    desc: str = "",
+) -> DepthRun:
+    """Train `build(L)` for L = 1..max_layers on `task` (each from the same seeded data stream) and evaluate on
+    `test_batch`. `init_from[L-1]` (a trained transformer) seeds the attention parameters of depth L (two-stage
+    Memformer training); `trainable(model)` selects the fine-tuned parameters (default: all)."""
+    from mnemo_mpc.icl.data import seed_generator
+
+    if max_layers < 1:
+        raise InputError(f"train_per_depth: max_layers must be >= 1, got {max_layers}")
+    out = DepthRun(layers=[], test_losses=[], train_results=[], models=[])
+    for L in range(1, max_layers + 1):
+        model = build(L).to(device=cfg.device, dtype=cfg.torch_dtype)
+        if init_from is not None:
+            copy_attention_parameters(init_from[L - 1], model)
+        gen = seed_generator(1_000_003 * (seed + 1) + L, cfg.device)
+        res = train(
+            model,
+            task,
+            cfg,
+            gen,
+            params=None if trainable is None else trainable(model),
+            fixed_batch=fixed_batch,
+            desc=f"{desc} L={L}",
+        )
+        out.layers.append(L)
+        out.test_losses.append(test_loss(model, test_batch))
+        out.train_results.append(res)
+        out.models.append(model)
+    return out
+
+
+def with_steps(cfg: TrainConfig, steps: int) -> TrainConfig:
+    """A copy of `cfg` with a different step count (fine-tuning stages)."""
+    return dataclasses.replace(cfg, steps=steps)
