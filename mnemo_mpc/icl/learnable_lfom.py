@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from mnemo_mpc.errors import InputError
+from mnemo_mpc.icl.classical import least_squares_gradient
 
 log = logging.getLogger(__name__)
 
@@ -39,22 +40,12 @@ KINDS: tuple[str, ...] = ("scalar", "diagonal", "preconditioned")
 
 
 def split_prompt(z0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Split prompts Z_0 (Eq. 2, seed 000; shape (B, d+1, n+1)) into covariates X (B, n, d), responses y (B, n)
-    and the query x(n+1) (B, d)."""
+    """Split prompts Z_0 (Eq. 2, seed 000; shape (B, d+1, n+1)) into the context covariates X (B, d, n) as columns
+    (the paper's X-bar), their responses y (B, n) and the query x(n+1) (B, d)."""
     if z0.ndim != 3 or z0.shape[1] < 2 or z0.shape[2] < 2:
         raise InputError(f"prompt Z0: expected shape (batch, d+1, n+1) with d, n >= 1, got {tuple(z0.shape)}")
     d = z0.shape[1] - 1
-    x = z0[:, :d, :-1].transpose(1, 2)
-    y = z0[:, d, :-1]
-    return x, y, z0[:, :d, -1]
-
-
-def least_squares_gradient(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """grad R(w) = (1/n) X (X^T w - y) of the in-context loss (Eq. 12, seed 000), batched: x (B, n, d),
-    y (B, n), w (B, d) -> (B, d)."""
-    n = x.shape[1]
-    resid = torch.einsum("bnd,bd->bn", x, w) - y
-    return torch.einsum("bnd,bn->bd", x, resid) / n
+    return z0[:, :d, :-1], z0[:, d, :-1], z0[:, :d, -1]
 
 
 def momentum_gammas(steps: int, eta: float, beta: float) -> torch.Tensor:
@@ -74,8 +65,9 @@ def momentum_gammas(steps: int, eta: float, beta: float) -> torch.Tensor:
 class LearnableLFOM(nn.Module):
     """A K-step LFOM whose weights Gamma_i^k are learnable parameters (seed 001 §5; Eq. 16, seed 000).
 
-    ``forward(z0)`` returns the predictions of y(n+1) after 0..K steps, shape (B, K+1), so it is compared per
-    layer with a K-layer Memformer. The iteration starts at w^0 = 0, as the Memformer does (Lemma 1, seed 000).
+    ``forward(z0)`` returns its prediction in a transformer's output format (see `forward`), so it is trained and
+    evaluated per step exactly like a K-layer Memformer. The iteration starts at w^0 = 0, as the Memformer does
+    (Lemma 1, seed 000).
     Initialisation is plain GD with step ``init_step`` (Gamma_i^k = -init_step I for every i <= k, Eq. 14): a
     random start makes the K-fold product of step maps explode and is not what an optimiser designer would pick.
     """
@@ -97,23 +89,25 @@ class LearnableLFOM(nn.Module):
         self.d, self.steps, self.kind, self.tie_steps = d, steps, kind, tie_steps
         width = 1 if kind == "scalar" else d
         rows = 1 if tie_steps else steps
-        gamma = torch.zeros(rows, steps, width, dtype=dtype)
+        # Gamma_i^k's diagonal is stored as a 1 x width matrix so that §3.3's per-matrix gradient clipping (core
+        # `train`, trailing 2-D slices) clips each Gamma_i^k on its own.
+        gamma = torch.zeros(rows, steps, 1, width, dtype=dtype)
         if tie_steps:
-            gamma[0, :, :] = -init_step
+            gamma[0] = -init_step
         else:
             for k in range(steps):
-                gamma[k, : k + 1, :] = -init_step
+                gamma[k, : k + 1] = -init_step
         self.gamma = nn.Parameter(gamma)
-        self.register_buffer("causal", torch.tril(torch.ones(steps, steps, dtype=dtype))[:, :, None])
+        self.register_buffer("causal", torch.tril(torch.ones(steps, steps, dtype=dtype))[:, :, None, None])
         if kind == "preconditioned":
             self.precond = nn.Parameter(torch.eye(d, dtype=dtype).repeat(steps, 1, 1))
         else:
             self.register_parameter("precond", None)
 
     def weights(self) -> torch.Tensor:
-        """Gamma_i^k as a (K, K, width) tensor, zero for i > k (an LFOM only uses past gradients)."""
-        g = self.gamma.expand(self.steps, -1, -1) if self.tie_steps else self.gamma
-        return g * self.causal
+        """The diagonals of Gamma_i^k as a (K, K, width) tensor, zero for i > k (an LFOM only uses past gradients)."""
+        g = self.gamma.expand(self.steps, -1, -1, -1) if self.tie_steps else self.gamma
+        return (g * self.causal)[:, :, 0, :]
 
     @torch.no_grad()
     def set_scalar_weights(self, gammas: torch.Tensor) -> None:
@@ -123,37 +117,51 @@ class LearnableLFOM(nn.Module):
             raise InputError(f"gammas: expected shape ({self.steps}, {self.steps}), got {tuple(gammas.shape)}")
         if self.tie_steps:
             raise InputError("set_scalar_weights: tie_steps=True cannot hold step-dependent Gamma_i^k")
-        self.gamma.copy_(gammas.to(self.gamma.dtype)[:, :, None].expand_as(self.gamma))
+        self.gamma.copy_(gammas.to(self.gamma.dtype)[:, :, None, None].expand_as(self.gamma))
         if self.precond is not None:
             self.precond.copy_(torch.eye(self.d, dtype=self.precond.dtype).repeat(self.steps, 1, 1))
 
     def iterates(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """w^0..w^K for covariates x (B, n, d) and responses y (B, n); shape (B, K+1, d)."""
-        if x.ndim != 3 or x.shape[2] != self.d or y.shape != x.shape[:2]:
+        """w^0..w^K for context covariates x (B, d, n) as columns and responses y (B, n); shape (K+1, B, d), the
+        layout of `mnemo_mpc.icl.classical`'s iterates."""
+        if x.ndim != 3 or x.shape[1] != self.d or y.shape != (x.shape[0], x.shape[2]):
             raise InputError(
-                f"x, y: expected shapes (B, n, {self.d}) and (B, n), got {tuple(x.shape)}, {tuple(y.shape)}"
+                f"x, y: expected shapes (B, {self.d}, n) and (B, n), got {tuple(x.shape)}, {tuple(y.shape)}"
             )
         gam = self.weights()
         w0 = torch.zeros(x.shape[0], self.d, dtype=x.dtype, device=x.device)
         ws, grads = [w0], []
         for k in range(self.steps):
-            g = least_squares_gradient(x, y, ws[-1])
+            g = least_squares_gradient(x, y, ws[-1], "mean")
             if self.precond is not None:
                 g = g @ self.precond[k].transpose(0, 1)
             grads.append(g)
             hist = torch.stack(grads, dim=1)  # (B, k+1, d)
             ws.append(w0 + (hist * gam[k, : k + 1]).sum(dim=1))
-        return torch.stack(ws, dim=1)
+        return torch.stack(ws, dim=0)
 
-    def forward(self, z0: torch.Tensor) -> torch.Tensor:
-        """Predictions <w^k, x(n+1)> for k = 0..K from prompts Z_0 (B, d+1, n+1); shape (B, K+1)."""
+    def forward(self, z0: torch.Tensor, return_layers: bool = False) -> torch.Tensor | list[torch.Tensor]:
+        """The LFOM's prediction in a transformer's output format, so the same loss (Eq. 8), trainer and per-layer
+        evaluation serve both: Z_0 with the query's label slot [Z]_{d+1,n+1} set to -<w^k, x(n+1)> (Eq. 7 reads the
+        prediction as minus that entry). Returns Z for k = K, or the list for k = 1..K when `return_layers`."""
         x, y, xq = split_prompt(z0)
-        return torch.einsum("bkd,bd->bk", self.iterates(x, y), xq)
+        preds = torch.einsum("kbd,bd->kb", self.iterates(x, y)[1:], xq)
+        outs = []
+        for k in range(self.steps):
+            z = z0.clone()
+            z[:, -1, -1] = -preds[k]
+            outs.append(z)
+        return outs if return_layers else outs[-1]
+
+    def clip_groups(self) -> list[tuple[torch.Tensor, int]]:
+        """Per-matrix clipping groups for `mnemo_mpc.icl.train.train` (§3.3): each Gamma_i^k and each A_k."""
+        return [(p, 2) for p in self.parameters()]
 
 
 def lfom_parameter_count(model: LearnableLFOM) -> int:
     """Free parameters of the learned algorithm (Remark 3.3, seed 001: one shared set, independent of the batch)."""
-    free = int(model.causal.sum().item()) * model.gamma.shape[-1] if not model.tie_steps else model.gamma.numel()
+    width = model.gamma.shape[-1]
+    free = model.gamma.numel() if model.tie_steps else int(model.causal.sum().item()) * width
     if model.precond is not None:
         free += model.precond.numel()
     return free

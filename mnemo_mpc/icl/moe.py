@@ -1,25 +1,26 @@
 """Mixture of experts across attention heads with soft gating (seed 001 §4.2, Thm 4.1).
 
-A multi-head Memformer whose H heads are experts. Head h is an LFOM Memformer (Eq. 19-20, seed 000) with its own
-preconditioners A_l^h (Eq. 9) and memory weights Gamma_j^h (Gamma_j^{h,l} = Gamma_j^h, the case seed 000 §3.3
-trains); its layer-l update on the shared state Z_l is
+Each head is an expert: a one-head LFOM Memformer (Eq. 19-20, seed 000), linear transformer (Eq. 6) or CGD-like
+Memformer (Eq. 17-18), trained on its own data distribution. On the shared state Z_l head h proposes the layer-l
+update it would make on its own,
 
-    R_l^h = Attn_{P_l^h, Q_l^h}(Z_l),        Delta_l^h = (1/n) sum_{j<=l} Gamma_j^h (.) R_j^h,
+    LFOM Memformer:  Delta_l^h = (1/n) sum_{j<=l} Gamma_j^{h,l} (.) R_j^h,   R_j^h = Attn_{P_j^h, Q_j^h}(Z_j),
+    transformer:     Delta_l^h = (1/n) Attn_{P_l^h, Q_l^h}(Z_l),
+    CGD-like:        Delta_l^h = alpha_l^h (1/n) R_l^h,  R_l^h = Attn(Z_l) + gamma_l^h R_{l-1}^h,
 
-or, for a linear-transformer head (Eq. 6, no memory), Delta_l^h = (1/n) R_l^h. Thm 4.1 mixes the heads' layerwise
-outputs with scalar gating coefficients,
+and Thm 4.1 mixes the heads' layerwise outputs with scalar gating coefficients,
 
-    Z_{l+1} = Z_l + sum_h omega_h Delta_l^h,
+    Z_{l+1} = Z_l + sum_h omega_h Delta_l^h.
 
-so that with omega = e_h the model is head h alone, and with omega on the simplex it is a convex combination of the
-heads' updates (footnote to Thm 4.1). The gate here is a softmax over logits b + W phi(Z_0), with phi the prompt's
-empirical mean and log-variance of x: ``condition="global"`` keeps W = 0, i.e. one learned coefficient per head,
-fitted at test time as in §4.2 ("a learnable gating mechanism scales the layerwise output per head"), and
-``condition="prompt"`` is a Jacobs et al. (1991) gate that reads the prompt, which is what lets one set of
-coefficients omega^(c) per mixture component c (Thm 4.1) be picked per prompt.
+With omega = e_h the model is head h alone; with omega on the simplex it is a convex combination of the heads'
+updates (footnote to Thm 4.1). Every head keeps its own memory registers, so a head's register history is exactly
+what it would hold on its own on the same trajectory.
 
-Also here: the out-of-distribution test distributions of §4.2 — Gaussian covariates with an unseen variance scale,
-and Gaussian mixtures whose components differ in mean, variance scale and weight, one component per prompt.
+The gate is a softmax over logits b + W phi(Z_0), phi = (empirical mean of the prompt's x, log of their variance):
+``condition="global"`` keeps W = 0, i.e. one learned coefficient per head, fitted at test time on data from the
+new distribution as in §4.2 ("a learnable gating mechanism scales the layerwise output per head ... each head has a
+scalar gating coefficient"); ``condition="prompt"`` is a Jacobs et al. (1991) gate that reads the prompt, which is
+how one set of coefficients omega^(c) per mixture component c (Thm 4.1) can be selected prompt by prompt.
 """
 
 from __future__ import annotations
@@ -33,45 +34,37 @@ import torch
 from torch import nn
 
 from mnemo_mpc.errors import InputError
+from mnemo_mpc.icl.data import GaussianMixtureTask
+from mnemo_mpc.icl.linear_transformer import LinearTransformer
+from mnemo_mpc.icl.memformer import CGDMemformer, LFOMMemformer
 
 log = logging.getLogger(__name__)
 
 GateCondition = Literal["global", "prompt"]
-
-
-def lsa_y_row(z: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-    """Last row of Attn_{P,Q}(Z) = P Z M (Z^T Q Z) (Eq. 5, mask Eq. 4) under the parameterisation of Eq. 9 with
-    B = 0, for H heads at once: z (B, d+1, N), a (H, d, d) -> (B, H, N). With B = 0 every other row of the
-    attention output is zero, so the row is the whole output. In w-space this is a step preconditioned by A^T
-    (Eq. 22 multiplies the row Y by X^T A X); Lemma 1 writes A, its optimum being symmetric."""
-    d = z.shape[1] - 1
-    xs = z[:, :d, :]
-    ys = z[:, d, :-1]  # Z M drops the query column: its label is never attended to
-    # Z^T Q Z = -X^T A X; only the n key columns survive the mask
-    kernel = torch.einsum("bdi,hde,bej->bhij", xs[:, :, :-1], a, xs)
-    return -torch.einsum("bi,bhij->bhj", ys, kernel)
+Expert = LinearTransformer | LFOMMemformer | CGDMemformer
 
 
 class PromptGate(nn.Module):
-    """omega(Z_0) = softmax(b + W phi(Z_0)) over H heads (Thm 4.1 gating coefficients, seed 001).
+    """omega(Z_0) = softmax(b + W phi(Z_0)) over H heads (Thm 4.1's gating coefficients, seed 001).
 
     phi(Z_0) = (mean of x(1..n+1), log of their mean squared deviation): the statistics that tell Gaussian
     components with different means or variance scales apart. ``simplex=False`` drops the softmax and returns the
-    raw logits, Thm 4.1's unconstrained scalar coefficients; they start at 1/H so both gates start uniform.
+    raw logits, Thm 4.1's unconstrained scalar coefficients; they start at 1/H so both kinds start uniform.
     """
 
     def __init__(self, d: int, heads: int, condition: GateCondition = "global", simplex: bool = True) -> None:
         super().__init__()
         if condition not in ("global", "prompt"):
             raise InputError(f"gate condition: expected 'global' or 'prompt', got {condition!r}")
-        if heads < 1:
-            raise InputError(f"heads: expected >= 1, got {heads}")
+        if heads < 1 or d < 1:
+            raise InputError(f"gate: expected d >= 1 and heads >= 1, got d={d}, heads={heads}")
         self.condition, self.simplex = condition, simplex
         self.bias = nn.Parameter(torch.zeros(heads) if simplex else torch.full((heads,), 1.0 / heads))
         self.weight = nn.Parameter(torch.zeros(heads, d + 1)) if condition == "prompt" else None
 
     @staticmethod
     def features(z0: torch.Tensor) -> torch.Tensor:
+        """phi(Z_0): (B, d+1)."""
         d = z0.shape[1] - 1
         xs = z0[:, :d, :]
         mean = xs.mean(dim=2)
@@ -79,53 +72,48 @@ class PromptGate(nn.Module):
         return torch.cat([mean, var.log()[:, None]], dim=1)
 
     def forward(self, z0: torch.Tensor) -> torch.Tensor:
-        logits = self.bias.expand(z0.shape[0], -1)
+        logits = self.bias.to(z0.dtype).expand(z0.shape[0], -1)
         if self.weight is not None:
-            logits = logits + self.features(z0).to(self.weight.dtype) @ self.weight.T
+            logits = logits + self.features(z0) @ self.weight.to(z0.dtype).T
         return torch.softmax(logits, dim=1) if self.simplex else logits
 
 
 class MoEMemformer(nn.Module):
-    """H-head, L-layer Memformer (``memory=True``, Eq. 19-20) or linear transformer (``memory=False``, Eq. 6) whose
-    heads' layerwise outputs are mixed by soft gating coefficients (Thm 4.1, seed 001).
+    """Heads (experts) of equal depth mixed layer by layer with soft gating coefficients (Thm 4.1, seed 001).
 
-    ``forward(z0, omega=None)`` returns predictions -[Z_l]_{d+1,n+1} for l = 0..L, shape (B, L+1) (Lemma 1, seed 000:
-    this entry is -<x(n+1), w_l^gd>). ``omega`` (B, H) or (H,) overrides the gate, e.g. one-hot to train or run a
-    single expert.
+    ``forward(Z0, return_layers=False, omega=None)`` follows the transformer convention of
+    `mnemo_mpc.icl.linear_transformer` (Z_L, or [Z_1..Z_L]; the prediction is -[Z]_{d+1,n+1}, Eq. 7), so the core
+    trainer and per-layer evaluation apply unchanged. ``omega`` (B, H) or (H,) overrides the gate.
     """
 
-    def __init__(
-        self,
-        d: int,
-        n: int,
-        layers: int,
-        heads: int,
-        memory: bool = True,
-        condition: GateCondition = "global",
-        simplex: bool = True,
-        init_scale: float = 1.0,
-        dtype: torch.dtype = torch.float32,
-        generator: torch.Generator | None = None,
-    ) -> None:
+    def __init__(self, experts: Sequence[Expert], gate: PromptGate | None = None) -> None:
         super().__init__()
-        if min(d, n, layers, heads) < 1:
-            raise InputError(f"d, n, layers, heads: expected >= 1, got {d}, {n}, {layers}, {heads}")
-        self.d, self.n, self.layers, self.heads, self.memory = d, n, layers, heads, memory
-        # i.i.d. Gaussian A_l as in seed 000 §3.3; scaled by 1/sqrt(d) so each head starts as a contraction-sized
-        # preconditioner rather than one that overshoots on the first layer.
-        a = torch.randn(heads, layers, d, d, dtype=dtype, generator=generator) * (init_scale / d**0.5)
-        self.a = nn.Parameter(a)
-        # Gamma_j^h over the (d+1) x (n+1) register; ones = each register enters the update unscaled
-        self.gamma = nn.Parameter(torch.ones(heads, layers, d + 1, n + 1, dtype=dtype)) if memory else None
-        self.gate = PromptGate(d, heads, condition=condition, simplex=simplex).to(dtype)
+        if not experts:
+            raise InputError("MoEMemformer: expected at least one expert head")
+        depths = {e.n_layers for e in experts}
+        dims = {e.d for e in experts}
+        if len(depths) != 1 or len(dims) != 1:
+            raise InputError(f"MoEMemformer: experts must share depth and d, got depths {depths} and d {dims}")
+        for e in experts:
+            if not isinstance(e, LinearTransformer | LFOMMemformer | CGDMemformer):
+                raise InputError(f"MoEMemformer: unsupported expert type {type(e).__name__}")
+        self.experts = nn.ModuleList(experts)
+        self.n_layers = depths.pop()
+        self.d = dims.pop()
+        self.heads = len(experts)
+        self.gate = gate if gate is not None else PromptGate(self.d, self.heads)
 
-    def head_parameters(self) -> list[nn.Parameter]:
-        return [self.a] + ([self.gamma] if self.gamma is not None else [])
+    def expert_parameters(self) -> list[nn.Parameter]:
+        return [p for e in self.experts for p in e.parameters()]
+
+    def gamma_parameters(self) -> list[nn.Parameter]:
+        """The experts' memory weights Gamma_j^h (what §4.2 / Fig. 10 also adapts at test time)."""
+        return [e.Gamma for e in self.experts if isinstance(e, LFOMMemformer)]
 
     def _omega(self, z0: torch.Tensor, omega: torch.Tensor | None) -> torch.Tensor:
         if omega is None:
             return self.gate(z0)
-        omega = omega.to(z0.dtype)
+        omega = omega.to(dtype=z0.dtype, device=z0.device)
         if omega.ndim == 1:
             omega = omega.expand(z0.shape[0], -1)
         if omega.shape != (z0.shape[0], self.heads):
@@ -134,26 +122,34 @@ class MoEMemformer(nn.Module):
             )
         return omega
 
-    def forward(self, z0: torch.Tensor, omega: torch.Tensor | None = None) -> torch.Tensor:
-        if z0.ndim != 3 or z0.shape[1] != self.d + 1 or z0.shape[2] != self.n + 1:
-            raise InputError(f"prompt Z0: expected shape (B, {self.d + 1}, {self.n + 1}), got {tuple(z0.shape)}")
-        w = self._omega(z0, omega)
-        z = z0
-        preds = [-z[:, self.d, -1]]
-        registers: list[torch.Tensor] = []  # R_j^h, last row only (the others are zero under Eq. 9, B = 0)
-        for layer in range(self.layers):
-            r = lsa_y_row(z, self.a[:, layer])  # (B, H, N)
-            if self.memory:
-                registers.append(r)
-                # Gamma_j^h (.) R_j^h: only the (d+1)-th row of Gamma meets a non-zero register entry
-                hist = torch.stack(registers, dim=2)  # (B, H, l+1, N)
-                upd = (hist * self.gamma[None, :, : layer + 1, self.d, :]).sum(dim=2) / self.n
-            else:
-                upd = r / self.n
-            z = z.clone()
-            z[:, self.d, :] = z[:, self.d, :] + torch.einsum("bh,bhn->bn", w, upd)
-            preds.append(-z[:, self.d, -1])
-        return torch.stack(preds, dim=1)
+    def forward(
+        self, Z0: torch.Tensor, return_layers: bool = False, omega: torch.Tensor | None = None
+    ) -> torch.Tensor | list[torch.Tensor]:
+        if Z0.ndim != 3 or Z0.shape[1] != self.d + 1:
+            raise InputError(f"prompt Z0: expected shape (B, {self.d + 1}, n+1), got {tuple(Z0.shape)}")
+        w = self._omega(Z0, omega)
+        n = Z0.shape[-1] - 1
+        registers: list[list[torch.Tensor]] = [[] for _ in self.experts]
+        cgd_dirs: list[torch.Tensor | None] = [None] * self.heads
+        Z = Z0
+        outs = []
+        for layer in range(self.n_layers):
+            step = torch.zeros_like(Z)
+            for h, expert in enumerate(self.experts):
+                attn = expert.attention(Z, layer)
+                if isinstance(expert, LFOMMemformer):
+                    registers[h].append(attn)
+                    upd = sum(expert.gamma_weight(layer, j) * registers[h][j] for j in range(layer + 1))
+                elif isinstance(expert, CGDMemformer):
+                    prev = cgd_dirs[h]
+                    cgd_dirs[h] = attn if prev is None else attn + expert.gamma[layer] * prev
+                    upd = expert.alpha[layer] * cgd_dirs[h]
+                else:
+                    upd = attn
+                step = step + w[:, h, None, None] * upd
+            Z = Z + step / n
+            outs.append(Z)
+        return outs if return_layers else Z
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -162,50 +158,23 @@ class MoEMemformer(nn.Module):
 
 @dataclass(frozen=True)
 class GaussianComponent:
-    """One component of the covariate distribution: x ~ N(mean, scale * Sigma) with Sigma = U^T D U (seed 001
-    §3.3 variance scaling), picked with probability ``weight``."""
+    """One covariate distribution of §4.2: x ~ N(mean * 1, variance * Sigma) with 1 the all-ones vector and Sigma the
+    seed's U^T D U, w* ~ N(0, (variance * Sigma)^{-1}) (seed 001 §3.3's variance scalar), drawn with probability
+    proportional to ``weight`` when part of a mixture."""
 
     mean: float = 0.0
-    scale: float = 1.0
+    variance: float = 1.0
     weight: float = 1.0
 
 
-def sample_mixture_prompts(
-    sigma: torch.Tensor,
-    components: Sequence[GaussianComponent],
-    batch: int,
-    n: int,
-    generator: torch.Generator | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Prompts Z_0 (Eq. 2, seed 000) whose covariates come from a Gaussian mixture, one component per prompt (all
-    n+1 tokens of a prompt share it, as in Thm 4.1). The component mean is ``mean * 1`` (the all-ones direction),
-    the covariance ``scale * sigma``, and w* ~ N(0, (scale * sigma)^{-1}) — seed 001 §3.3 scales Sigma and then draws
-    w* from N(0, Sigma^{-1}), which keeps Var y = d for every scale. A single component with mean 0 is the
-    unseen-variance test of §4.2.
-
-    Returns (z0 (B, d+1, n+1), y_query (B,), component index (B,))."""
-    if sigma.ndim != 2 or sigma.shape[0] != sigma.shape[1]:
-        raise InputError(f"sigma: expected a square matrix, got shape {tuple(sigma.shape)}")
+def mixture_task(sigma: torch.Tensor, components: Sequence[GaussianComponent], n: int) -> GaussianMixtureTask:
+    """The Gaussian mixture of §4.2 (one component per prompt, Thm 4.1) built on the seed's Sigma. A single component
+    with mean 0 is the unseen-variance test distribution."""
     if not components:
-        raise InputError("components: expected at least one Gaussian component")
-    weights = torch.tensor([c.weight for c in components], dtype=torch.float64)
-    if (weights < 0).any() or weights.sum() <= 0 or any(c.scale <= 0 for c in components):
-        raise InputError(f"components: expected weights >= 0 with a positive sum and scales > 0, got {components}")
-    if batch < 1 or n < 1:
-        raise InputError(f"batch and n: expected >= 1, got {batch}, {n}")
+        raise InputError("mixture_task: expected at least one Gaussian component")
+    if any(not c.variance > 0 or c.weight < 0 for c in components):
+        raise InputError(f"mixture_task: components need variance > 0 and weight >= 0, got {list(components)}")
     d = sigma.shape[0]
-    dtype = sigma.dtype
-    comp = torch.multinomial(weights, batch, replacement=True, generator=generator)
-    chol = torch.linalg.cholesky(sigma.to(torch.float64))
-    scales = torch.tensor([c.scale for c in components], dtype=torch.float64)[comp]
-    means = torch.tensor([c.mean for c in components], dtype=torch.float64)[comp]
-    eps = torch.randn(batch, n + 1, d, dtype=torch.float64, generator=generator)
-    x = means[:, None, None] + scales.sqrt()[:, None, None] * eps @ chol.T
-    # w* ~ N(0, Sigma^{-1}): Sigma^{-1} = L^{-T} L^{-1}, so w* = L^{-T} e has that covariance
-    e = torch.randn(batch, d, dtype=torch.float64, generator=generator)
-    wstar = torch.linalg.solve_triangular(chol.T, e.T, upper=True).T / scales.sqrt()[:, None]
-    y = torch.einsum("bnd,bd->bn", x, wstar)
-    z0 = torch.zeros(batch, d + 1, n + 1, dtype=torch.float64)
-    z0[:, :d, :] = x.transpose(1, 2)
-    z0[:, d, :n] = y[:, :n]
-    return z0.to(dtype), y[:, n].to(dtype), comp
+    means = [torch.full((d,), float(c.mean), dtype=sigma.dtype, device=sigma.device) for c in components]
+    covs = [c.variance * sigma for c in components]
+    return GaussianMixtureTask(means, covs, [c.weight for c in components], n)
