@@ -143,13 +143,13 @@ def train(
 
 
 @torch.no_grad()
-def test_loss(model: nn.Module, batch: ICLBatch) -> float:
+def heldout_loss(model: nn.Module, batch: ICLBatch) -> float:
     """Eq. 8 on a held-out batch (the final layer's prediction)."""
     return float(in_context_loss(model(batch.Z0), batch.y_query))
 
 
 @torch.no_grad()
-def layer_test_losses(model: nn.Module, batch: ICLBatch) -> list[float]:
+def layer_heldout_losses(model: nn.Module, batch: ICLBatch) -> list[float]:
     """Eq. 8 after each layer of one model (intermediate outputs; see the module docstring for why the figures use
     `train_per_depth` instead)."""
     return [float(in_context_loss(Z, batch.y_query)) for Z in model(batch.Z0, return_layers=True)]
@@ -220,7 +220,7 @@ def train_per_depth(
             desc=f"{desc} L={L}",
         )
         out.layers.append(L)
-        out.test_losses.append(test_loss(model, test_batch))
+        out.test_losses.append(heldout_loss(model, test_batch))
         out.train_results.append(res)
         out.models.append(model)
     return out
