@@ -1,0 +1,216 @@
+"""Headless PyBullet simulator for closed-loop navigation: world geometry, the differential-drive robot, a 2-D lidar
+and the fused local occupancy grid the MPC plans on.
+
+    from mnemo_mpc.planning.worlds import generate_world
+    from mnemo_mpc.sim import SimConfig, Simulator
+
+    with Simulator(SimConfig()) as sim:
+        obs = sim.reset(generate_world(seed=3))
+        while not done:
+            obs = sim.step(v, w)          # one control period (SimConfig.control_dt, default 0.1 s)
+            obs.pose, obs.velocity, obs.local_grid, obs.collision, obs.time_s
+
+Physics runs in DIRECT mode at `physics_hz` with a fixed substep; a control step holds (v, w) for
+round(dt * physics_hz) substeps. Collisions come from the physics engine: after every substep the robot's contact
+points with the world bodies (`getContactPoints`) at or below `collision_tolerance_m` separation.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mnemo_mpc.errors import InputError, MnemoError
+from mnemo_mpc.planning.grid import OccupancyGrid
+from mnemo_mpc.planning.worlds import World
+from mnemo_mpc.sim.lidar import Lidar, LidarConfig, LidarScan
+from mnemo_mpc.sim.local_grid import LocalGrid, LocalGridConfig
+from mnemo_mpc.sim.robot import DiffDriveConfig, DiffDriveRobot
+from mnemo_mpc.sim.world import StaticGeometryConfig, build_static_geometry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    physics_hz: float = 240.0  # PyBullet's default substep
+    control_dt: float = 0.1  # 10 Hz control
+    seed: int = 0  # lidar noise stream; reset(world) reseeds it with (seed, world.seed)
+    collision_tolerance_m: float = 0.0  # a contact with separation <= this is a collision
+    robot: DiffDriveConfig = field(default_factory=DiffDriveConfig)
+    lidar: LidarConfig = field(default_factory=LidarConfig)
+    local_grid: LocalGridConfig = field(default_factory=LocalGridConfig)
+    geometry: StaticGeometryConfig = field(default_factory=StaticGeometryConfig)
+
+    def __post_init__(self) -> None:
+        if not self.physics_hz > 0 or not self.control_dt > 0:
+            raise InputError(
+                f"SimConfig: expected physics_hz > 0 and control_dt > 0, got {self.physics_hz}, {self.control_dt}"
+            )
+
+
+@dataclass(frozen=True, eq=False)
+class Observation:
+    """What the robot knows after a step. `collision` is True if the chassis touched an obstacle during the step
+    (`Simulator.collided` stays True for the rest of the episode)."""
+
+    pose: np.ndarray  # (3,) x, y, yaw in the map frame
+    velocity: np.ndarray  # (2,) measured v (m/s along the heading), w (rad/s)
+    local_grid: OccupancyGrid  # robot-centred fused window, origin moves with the robot
+    scan: LidarScan
+    collision: bool
+    time_s: float
+    step: int
+
+
+@dataclass
+class StepTiming:
+    """Wall-clock seconds of the last step, by stage."""
+
+    physics_s: float = 0.0
+    lidar_s: float = 0.0
+    grid_s: float = 0.0
+
+
+class Simulator:
+    """One PyBullet DIRECT client. `reset(world)` (re)builds the scene; `step(v, w)` advances one control period."""
+
+    def __init__(self, config: SimConfig | None = None) -> None:
+        import pybullet as p
+
+        self._p = p
+        self.config = config or SimConfig()
+        self.client = p.connect(p.DIRECT)
+        if self.client < 0:
+            raise MnemoError("Simulator: could not start a PyBullet DIRECT client")
+        self.world: World | None = None
+        self.robot: DiffDriveRobot | None = None
+        self.world_bodies: list[int] = []
+        self.lidar: Lidar | None = None
+        self.local_grid = LocalGrid(self.config.local_grid)
+        self.time_s = 0.0
+        self.steps = 0
+        self.collided = False
+        self.timing = StepTiming()
+        self._substep = 1.0 / self.config.physics_hz
+
+    # --- lifecycle ------------------------------------------------------------------------------------------------
+    def reset(self, world: World, start: np.ndarray | None = None) -> Observation:
+        """Load `world` (static geometry from its grid), place the robot at `start` (default `world.start`) at rest,
+        clear the local grid and take a first scan."""
+        p = self._p
+        c = self.config
+        p.resetSimulation(physicsClientId=self.client)
+        p.setGravity(0, 0, 0, physicsClientId=self.client)  # planar robot: nothing falls
+        p.setPhysicsEngineParameter(fixedTimeStep=self._substep, physicsClientId=self.client)
+        self.world = world
+        self.world_bodies = build_static_geometry(self.client, world.grid, c.geometry)
+        self.robot = DiffDriveRobot(self.client, c.robot)
+        pose = np.asarray(world.start if start is None else start, dtype=float)
+        if pose.shape != (3,) or not np.all(np.isfinite(pose)):
+            raise InputError(f"Simulator.reset start: expected a finite (x, y, yaw), got {pose.tolist()}")
+        self.robot.reset(pose)
+        self.lidar = Lidar(self.client, c.lidar, np.random.default_rng(np.random.SeedSequence([c.seed, world.seed])))
+        self.local_grid.reset(pose[:2])
+        self.time_s, self.steps, self.collided = 0.0, 0, False
+        p.performCollisionDetection(physicsClientId=self.client)
+        collision = self.in_contact()
+        self.collided = collision
+        return self._observe(collision)
+
+    def close(self) -> None:
+        if self.client >= 0:
+            self._p.disconnect(physicsClientId=self.client)
+            self.client = -1
+
+    def __enter__(self) -> Simulator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: pybullet may already be gone
+            pass
+
+    # --- stepping -------------------------------------------------------------------------------------------------
+    def step(self, v: float, w: float, dt: float | None = None) -> Observation:
+        """Hold (v, w) for `dt` seconds (default `control_dt`), then scan and fuse the local grid."""
+        if self.robot is None:
+            raise MnemoError("Simulator.step: call reset(world) first")
+        v, w = float(v), float(w)
+        if not (math.isfinite(v) and math.isfinite(w)):
+            raise InputError(f"Simulator.step: expected finite (v, w), got ({v}, {w})")
+        dt = self.config.control_dt if dt is None else float(dt)
+        if not dt > 0:
+            raise InputError(f"Simulator.step dt: expected > 0 s, got {dt}")
+        n_sub = max(1, int(round(dt * self.config.physics_hz)))
+        t0 = time.perf_counter()
+        collision = False
+        for _ in range(n_sub):
+            self.robot.command(v, w, self._substep)
+            self._p.stepSimulation(physicsClientId=self.client)
+            collision |= self.in_contact()
+        self.timing.physics_s = time.perf_counter() - t0
+        self.time_s += n_sub * self._substep
+        self.steps += 1
+        self.collided |= collision
+        return self._observe(collision)
+
+    def _observe(self, collision: bool) -> Observation:
+        t0 = time.perf_counter()
+        pose = self.robot.pose()
+        scan = self.lidar.scan(pose, exclude_body=self.robot.body)
+        t1 = time.perf_counter()
+        grid = self.local_grid.update(scan)
+        t2 = time.perf_counter()
+        self.timing.lidar_s, self.timing.grid_s = t1 - t0, t2 - t1
+        return Observation(
+            pose=pose,
+            velocity=self.robot.velocity(),
+            local_grid=grid,
+            scan=scan,
+            collision=bool(collision),
+            time_s=self.time_s,
+            step=self.steps,
+        )
+
+    # --- queries --------------------------------------------------------------------------------------------------
+    def pose(self) -> np.ndarray:
+        return self.robot.pose()
+
+    def velocity(self) -> np.ndarray:
+        return self.robot.velocity()
+
+    def scan(self) -> LidarScan:
+        """A fresh scan at the current pose (draws noise; does not touch the local grid)."""
+        return self.lidar.scan(self.robot.pose(), exclude_body=self.robot.body)
+
+    def in_contact(self) -> bool:
+        """Whether the chassis touches any world body now (contact points from the last collision pass)."""
+        tol = self.config.collision_tolerance_m
+        for body in self.world_bodies:
+            pts = self._p.getContactPoints(
+                bodyA=self.robot.body, bodyB=body, linkIndexA=self.robot.chassis_link, physicsClientId=self.client
+            )
+            if any(pt[8] <= tol for pt in pts):
+                return True
+        return False
+
+    def clearance(self, max_distance: float = 1.0) -> float:
+        """True distance (m) from the chassis surface to the nearest obstacle, capped at `max_distance`; negative
+        when penetrating. Uses the engine's closest-point query, independent of any grid."""
+        best = max_distance
+        for body in self.world_bodies:
+            pts = self._p.getClosestPoints(
+                self.robot.body, body, max_distance, linkIndexA=self.robot.chassis_link, physicsClientId=self.client
+            )
+            for pt in pts:
+                best = min(best, pt[8])
+        return float(best)
