@@ -45,6 +45,8 @@ def test_deterministic_per_seed_and_distinct_across_seeds():
     np.testing.assert_array_equal(a.grid.data, b.grid.data)
     np.testing.assert_array_equal(a.start, b.start)
     np.testing.assert_array_equal(a.goal, b.goal)
+    # Drawing the kind from the seed gives the same world as naming that kind.
+    np.testing.assert_array_equal(generate_world(42, kind=a.kind).grid.data, a.grid.data)
     c = generate_world(43, kind=a.kind)
     assert not np.array_equal(a.grid.data, c.grid.data)
     assert len({generate_world(s).kind for s in range(30)}) >= 4  # kind=None mixes kinds
