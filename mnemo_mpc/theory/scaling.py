@@ -216,13 +216,14 @@ def monte_carlo_recall_error(
 
 @dataclass
 class OnlineTrainingResult:
-    """Error L after n samples for each checkpoint n, and the final learning rate used."""
+    """Error L after n samples for each checkpoint n, the settings, and the final W (d_out × d_in)."""
 
     n: list[int]
     error: list[float]
     optimizer: str
     lr: float
     batch_size: int
+    W: np.ndarray
 
 
 def train_online(
@@ -276,4 +277,6 @@ def train_online(
         with torch.no_grad():
             wrong = ((Et @ W.T) @ Ut.T).argmax(1).ne(ft)
             errors.append(float(pt[wrong].sum()))
-    return OnlineTrainingResult(n=checkpoints, error=errors, optimizer=optimizer, lr=lr, batch_size=batch_size)
+    return OnlineTrainingResult(
+        n=checkpoints, error=errors, optimizer=optimizer, lr=lr, batch_size=batch_size, W=W.numpy().copy()
+    )
