@@ -66,7 +66,7 @@ def quick_config() -> Config:
         mlp_d=16,
         mlp_widths=(8, 16, 32),
         mlp_dims=(),
-        mlp_steps=300,
+        mlp_steps=1000,
         mlp_rel_tol=0.15,
     )
 
