@@ -1,0 +1,86 @@
+"""Study `heads`: LFOM Memformer (scalar Γ_ℓ) with 1 vs 5 attention heads, against CGD (seed 000 §5, Fig. 5).
+
+"Increasing the number of attention heads improves test loss performance." Heads are summed into each layer's
+register (§5). Under Eq. 9 (B_ℓ = 0) every head contributes −(ȲX̄ᵀ)A_h X, so H heads compute exactly what one head
+with A = Σ_h A_h computes: the function class does not grow, only the parameterisation (H independently initialised,
+independently clipped and Adam-normalised copies). Any gain measured here is therefore an optimisation effect —
+said in the claim note whichever way it comes out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from mnemo_mpc.experiments import _icl_common as common
+from mnemo_mpc.experiments.runner import RunContext, Summary
+from mnemo_mpc.icl.data import DataConfig
+from mnemo_mpc.icl.memformer import LFOMMemformer
+from mnemo_mpc.icl.train import TrainConfig
+
+TITLE = "LFOM Memformer with 1 vs 5 heads"
+PAPER = "seed 000 §5, Fig. 5"
+
+
+def curve(h: int) -> str:
+    return f"LFOM Memformer, {h} head{'s' if h > 1 else ''}"
+
+
+@dataclass
+class Config:
+    seeds: int = 5
+    max_layers: int = 4
+    heads: tuple[int, ...] = (1, 5)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=lambda: common.full_train())
+    test_size: int = 1000
+
+
+def quick_config() -> Config:
+    return Config(seeds=2, max_layers=3, train=common.quick_train(), test_size=500)
+
+
+def run_seed(cfg: Config, seed: int, ctx: RunContext) -> dict:
+    tcfg = dataclasses.replace(cfg.train, device=ctx.device)
+    d, n = cfg.data.d, cfg.data.n
+    sd = common.seed_data(cfg.data, seed, ctx.device, tcfg.dtype, cfg.test_size)
+    curves = common.classical_log_losses(sd.test64, cfg.max_layers, ("CGD",))
+    for h in cfg.heads:
+        curves[curve(h)] = common.fit_log_losses(
+            lambda L, h=h: LFOMMemformer(d, n, L, n_heads=h, gamma_form="scalar"),
+            sd,
+            tcfg,
+            cfg.max_layers,
+            f"{ctx.name} s{seed} H={h}",
+        )
+    return {"log_loss": curves}
+
+
+def summarize(cfg: Config, per_seed: dict[int, dict], ctx: RunContext) -> Summary:
+    stats = common.aggregate(per_seed)
+    L = cfg.max_layers
+    layers = common.layers_from(1, L)
+    few, many = min(cfg.heads), max(cfg.heads)
+    gap = common.mean_gap(stats, curve(many), curve(few), layers)
+    name = f"{many}_heads_beat_{few}_head"
+    claims = {name: common.mean_below(stats, curve(many), curve(few), layers)}
+    notes = {
+        name: f"{few}-head minus {many}-head mean log-loss, layers 1..{L}: {common.fmt_list(gap)}. Under Eq. 9 the "
+        f"heads sum to one preconditioner Σ_h A_h, so {many} heads express nothing 1 head cannot; a difference is "
+        "an optimisation effect (more parameters moved per Adam step, larger initial ΣA_h)."
+    }
+    notes = common.explain_failures(claims, notes, ctx.mode)
+    fig = common.plot_log_loss(
+        ctx.figure_path("fig5_heads"),
+        {"non-isotropic data": stats},
+        f"LFOM Memformer (scalar Γ_ℓ), {few} vs {many} heads, {len(per_seed)} seeds",
+        f"{many} heads converge faster and reach a lower test loss than {few}.",
+    )
+    return Summary(
+        numbers={"log_loss": stats, "few_minus_many_heads": gap},
+        claims=claims,
+        claim_notes=notes,
+        figures=[fig.name],
+        table_md=common.layers_table_md(stats, "Fig. 5 (non-isotropic data)"),
+        statement="Multi-head attention (heads summed into each register) improves the LFOM Memformer's test loss.",
+    )
