@@ -136,8 +136,8 @@ class LearnableLFOM(nn.Module):
             if self.precond is not None:
                 g = g @ self.precond[k].transpose(0, 1)
             grads.append(g)
-            hist = torch.stack(grads, dim=1)  # (B, k+1, d)
-            ws.append(w0 + (hist * gam[k, : k + 1]).sum(dim=1))
+            # w^{k+1} = w^0 + sum_i Gamma_i^k grad_i, all i at once: (k+1, B, d) * (k+1, 1, width)
+            ws.append(w0 + (torch.stack(grads) * gam[k, : k + 1, None, :]).sum(dim=0))
         return torch.stack(ws, dim=0)
 
     def forward(self, z0: torch.Tensor, return_layers: bool = False) -> torch.Tensor | list[torch.Tensor]:
@@ -146,8 +146,9 @@ class LearnableLFOM(nn.Module):
         prediction as minus that entry). Returns Z for k = K, or the list for k = 1..K when `return_layers`."""
         x, y, xq = split_prompt(z0)
         preds = torch.einsum("kbd,bd->kb", self.iterates(x, y)[1:], xq)
+        steps = range(self.steps) if return_layers else [self.steps - 1]
         outs = []
-        for k in range(self.steps):
+        for k in steps:
             z = z0.clone()
             z[:, -1, -1] = -preds[k]
             outs.append(z)
