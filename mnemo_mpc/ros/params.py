@@ -122,6 +122,22 @@ class NavParams:
             alpha_max=self.alpha_max,
         )
 
+    def mpc_config(self) -> Any:
+        from mnemo_mpc.planning.mpc import MPCConfig
+
+        return MPCConfig(
+            N=self.horizon_steps,
+            dt=self.dt,
+            qpsol=self.qpsol,
+            max_iter=self.max_iter,
+            fallback=self.fallback_solver or None,
+        )
+
+    def controller_config(self) -> Any:
+        from mnemo_mpc.nav.controller import ControllerConfig
+
+        return ControllerConfig(goal_tolerance_m=self.goal_tolerance_m, unknown_policy=self.unknown_policy)
+
 
 def write_default_yaml(path: str | Path) -> None:
     """Regenerate config/nav.yaml from the dataclass defaults (descriptions as comments)."""
