@@ -1,0 +1,263 @@
+"""Closed-loop navigation episode: global path on the known map -> local SQP MPC on the sensed local grid -> command
+at the control rate, replanning every step from the shifted previous solution (seed 002 §5.2: "For each MPC step,
+one instance of trajectory optimization with SQP was run").
+
+The same loop serves the demo, the evaluation and the dataset collection. With `EpisodeConfig.record` it also keeps,
+per step, the context (local grid, pose, velocity, goal, sub-goal) and the *expert* trajectory: the SQP solution
+converged to tolerance. A closed-loop solve that converged within the 10-iteration cap already is that solution; a
+solve that stopped at the cap is continued from the same start with `expert_max_iter` iterations.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from mnemo_mpc.errors import InputError
+from mnemo_mpc.nav.controller import Controller, ControllerConfig, ControlOutput
+from mnemo_mpc.planning.global_path import plan_global_path
+from mnemo_mpc.planning.mpc import MPCConfig, PlanResult
+from mnemo_mpc.planning.robot import RobotModel
+from mnemo_mpc.planning.worlds import World
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EpisodeConfig:
+    """Episode limits and what to keep. `time_limit_s=None` allows `time_base_s + time_per_m * path length`."""
+
+    goal_tolerance_m: float = 0.25
+    time_limit_s: float | None = None
+    time_base_s: float = 20.0
+    time_per_m: float = 5.0  # 2.5x the time at the reference speed (0.4 m/s) along the global path
+    record: bool = False  # keep grids and expert trajectories for the dataset
+    expert_max_iter: int = 100
+    keep_plan_every: int = 10  # keep every k-th planned horizon for plots
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.goal_tolerance_m) and self.goal_tolerance_m > 0):
+            raise InputError(f"EpisodeConfig.goal_tolerance_m: expected > 0, got {self.goal_tolerance_m}")
+        if self.time_limit_s is not None and not (math.isfinite(self.time_limit_s) and self.time_limit_s > 0):
+            raise InputError(f"EpisodeConfig.time_limit_s: expected > 0 s, got {self.time_limit_s}")
+
+
+@dataclass
+class EpisodeResult:
+    metrics: dict[str, Any]  # success, collision, timeout, time_s, path_length_m, ... (JSON-ready)
+    steps: list[dict[str, Any]]  # per-step stats (JSON-ready)
+    driven: np.ndarray  # (T+1, 3) poses
+    global_path: np.ndarray  # (M, 2)
+    plans: list[tuple[int, np.ndarray]]  # (step, planned states (N+1, 3)) every keep_plan_every steps
+    world: World
+    record: dict[str, Any] | None = None  # per-step arrays keyed as mnemo_mpc.dataset.store.STEP_FIELDS
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def percentiles(values: list[float] | np.ndarray, digits: int = 4) -> dict[str, float | None]:
+    a = np.asarray(values, dtype=float)
+    if a.size == 0:
+        return {"mean": None, "p50": None, "p95": None, "p99": None, "max": None}
+    return {
+        "mean": round(float(a.mean()), digits),
+        "p50": round(float(np.percentile(a, 50)), digits),
+        "p95": round(float(np.percentile(a, 95)), digits),
+        "p99": round(float(np.percentile(a, 99)), digits),
+        "max": round(float(a.max()), digits),
+    }
+
+
+def _converged(plan: PlanResult | None) -> bool:
+    # sqpmethod reports success only when its primal/dual tolerances are met; the NLP fallback likewise.
+    return plan is not None and plan.success
+
+
+def _expert(controller: Controller, out: ControlOutput, obs: Any, goal: np.ndarray, max_iter: int) -> PlanResult | None:
+    """The converged solution for this step's problem (see the module docstring)."""
+    if _converged(out.plan):
+        return out.plan
+    if out.field is None or out.solve_error is not None:
+        return None
+    mpc = controller.mpc(obs.local_grid.shape)
+    try:
+        return mpc.solve(
+            out.field,
+            obs.pose,
+            obs.velocity,
+            out.subgoal,
+            reference=out.reference,
+            warm_start=out.warm_start,
+            max_iter=max_iter,
+            start_label="expert",
+        )
+    except InputError as exc:
+        log.debug("expert solve refused: %s", exc)
+        return None
+
+
+def run_episode(
+    world: World,
+    sim: Any | None = None,
+    controller: Controller | None = None,
+    config: EpisodeConfig | None = None,
+    robot: RobotModel | None = None,
+    mpc_config: MPCConfig | None = None,
+    on_step: Callable[[dict[str, Any]], None] | None = None,
+) -> EpisodeResult:
+    """Drive `world.start` -> `world.goal` in the simulator (a new `Simulator()` unless one is given).
+
+    Raises `InfeasibleProblemError` when the world has no global path (start or goal in an obstacle, disconnected).
+    `on_step` receives each per-step stats dict as it happens (progress printing, fault injection in tests).
+    """
+    cfg = config or EpisodeConfig()
+    robot = robot or RobotModel()
+    if controller is None:
+        controller = Controller(robot, mpc_config, ControllerConfig(goal_tolerance_m=cfg.goal_tolerance_m))
+    robot = controller.robot
+    goal = np.asarray(world.goal, dtype=float)
+    t_wall = time.perf_counter()
+    path = plan_global_path(world.grid, world.start[:2], goal[:2], robot)
+    path_len = float(np.sum(np.hypot(*np.diff(path, axis=0).T)))
+    time_limit = cfg.time_limit_s if cfg.time_limit_s is not None else cfg.time_base_s + cfg.time_per_m * path_len
+
+    own_sim = sim is None
+    if own_sim:
+        from mnemo_mpc.sim.simulator import Simulator
+
+        sim = Simulator()
+    controller.reset()
+    steps: list[dict[str, Any]] = []
+    plans: list[tuple[int, np.ndarray]] = []
+    rec: dict[str, list[Any]] | None = {} if cfg.record else None
+    try:
+        obs = sim.reset(world)
+        driven = [obs.pose.copy()]
+        outcome = "timeout"
+        if obs.collision:
+            outcome = "collision"
+        k = 0
+        while outcome == "timeout" and obs.time_s < time_limit - 1e-9:
+            out = controller.step(obs.local_grid, obs.pose, obs.velocity, goal, global_path=path)
+            if out.status == "goal_reached":
+                outcome = "success"
+                break
+            plan = out.plan
+            stat = {
+                "step": k,
+                "t": round(float(obs.time_s), 3),
+                "pose": [round(float(v), 4) for v in obs.pose],
+                "velocity": [round(float(v), 4) for v in obs.velocity],
+                "command": [round(float(v), 4) for v in out.command],
+                "status": out.status,
+                "flags": list(out.flags),
+                "start": out.warm_start_source,
+                "iterations": int(plan.iterations) if plan is not None else 0,
+                "solve_time_s": float(plan.time_s) if plan is not None else 0.0,
+                "solver_status": plan.status if plan is not None else (out.solve_error or "not solved"),
+                "used_fallback": bool(plan.used_fallback) if plan is not None else False,
+                "step_time_s": float(out.time_s),
+                "dist_to_goal_m": round(float(np.hypot(*(goal[:2] - obs.pose[:2]))), 4),
+            }
+            if plan is not None and cfg.keep_plan_every and k % cfg.keep_plan_every == 0:
+                plans.append((k, plan.states.copy()))
+            if rec is not None:
+                expert = _expert(controller, out, obs, goal, cfg.expert_max_iter)
+                stat["expert_iterations"] = int(expert.iterations) if expert is not None else 0
+                _record_step(rec, k, obs, goal, out, expert, controller.mpc_config.N)
+            steps.append(stat)
+            if on_step is not None:
+                on_step(stat)
+            obs = sim.step(float(out.command[0]), float(out.command[1]))
+            driven.append(obs.pose.copy())
+            k += 1
+            if obs.collision:
+                outcome = "collision"
+        if outcome == "timeout" and float(np.hypot(*(goal[:2] - obs.pose[:2]))) <= cfg.goal_tolerance_m:
+            outcome = "success"
+    finally:
+        if own_sim:
+            sim.close()
+
+    driven_arr = np.asarray(driven)
+    iters = [s["iterations"] for s in steps if s["status"] == "planned" or s["iterations"]]
+    times = [s["solve_time_s"] for s in steps if s["iterations"]]
+    metrics = {
+        "world": world.name,
+        "seed": int(world.seed),
+        "kind": world.kind,
+        "success": outcome == "success",
+        "collision": outcome == "collision",
+        "timeout": outcome == "timeout",
+        "outcome": outcome,
+        "time_s": round(float(obs.time_s), 3),
+        "time_limit_s": round(float(time_limit), 3),
+        "steps": len(steps),
+        "path_length_m": round(float(np.sum(np.hypot(*np.diff(driven_arr[:, :2], axis=0).T))), 4),
+        "global_path_length_m": round(path_len, 4),
+        "final_dist_to_goal_m": round(float(np.hypot(*(goal[:2] - obs.pose[:2]))), 4),
+        "fallback_steps": int(sum(s["status"].startswith("fallback") for s in steps)),
+        "clipped_steps": int(sum(any(f.startswith("clipped") for f in s["flags"]) for s in steps)),
+        "iterations": percentiles(iters, 3),
+        "solve_time_ms": percentiles(np.asarray(times) * 1e3, 3),
+        "wall_time_s": round(time.perf_counter() - t_wall, 3),
+    }
+    record = _stack_record(rec, obs.local_grid.shape, controller.mpc_config.N) if rec is not None else None
+    return EpisodeResult(metrics, steps, driven_arr, path, plans, world, record)
+
+
+def _record_step(
+    rec: dict[str, list[Any]],
+    k: int,
+    obs: Any,
+    goal: np.ndarray,
+    out: ControlOutput,
+    expert: PlanResult | None,
+    n: int,
+) -> None:
+    plan = out.plan
+    grid = obs.local_grid
+    row = {
+        "step": k,
+        "grid": grid.data,
+        "grid_origin": np.asarray(grid.origin, dtype=float),
+        "grid_resolution": grid.resolution,
+        "pose": obs.pose,
+        "velocity": obs.velocity,
+        "goal": goal,
+        "subgoal": out.subgoal if out.subgoal is not None else goal,
+        "expert_states": expert.states if expert is not None else np.tile(obs.pose, (n + 1, 1)),
+        "expert_controls": expert.controls if expert is not None else np.zeros((n, 2)),
+        "expert_iterations": expert.iterations if expert is not None else 0,
+        "expert_time_s": expert.time_s if expert is not None else 0.0,
+        "expert_status": expert.status if expert is not None else (out.solve_error or "not solved"),
+        "expert_success": _converged(expert),
+        "mpc_iterations": plan.iterations if plan is not None else 0,
+        "mpc_time_s": plan.time_s if plan is not None else 0.0,
+        "mpc_status": plan.status if plan is not None else (out.solve_error or "not solved"),
+        "mpc_success": bool(plan is not None and plan.success),
+        "command": out.command,
+    }
+    for key, value in row.items():
+        rec.setdefault(key, []).append(np.array(value, copy=True) if isinstance(value, np.ndarray) else value)
+
+
+def _stack_record(rec: dict[str, list[Any]], grid_shape: tuple[int, int], n: int) -> dict[str, Any]:
+    from mnemo_mpc.dataset.store import STEP_FIELDS
+
+    out: dict[str, Any] = {}
+    for name, (dtype, trailing) in STEP_FIELDS.items():
+        values = rec.get(name, [])
+        if name in ("expert_status", "mpc_status"):
+            out[name] = [str(v) for v in values]
+        elif values:
+            out[name] = np.stack([np.asarray(v) for v in values]).astype(dtype)
+        else:
+            sym = {"H": grid_shape[0], "W": grid_shape[1], "N1": n + 1, "N": n}
+            out[name] = np.zeros((0, *(sym.get(t, t) if isinstance(t, str) else t for t in trailing)), dtype=dtype)
+    return out
