@@ -1,0 +1,80 @@
+"""`mnemo-mpc demo [--seed S] [--out DIR]`: one headless closed-loop episode in a generated world.
+
+Prints a line per MPC step and a summary; writes `episode.json` (metrics, config, per-step stats) and
+`trajectory.png` (map, global path, driven path with footprints, a few planned horizons).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "demo", help="one simulated navigation episode: per-step log, episode.json, trajectory.png"
+    )
+    p.add_argument("--seed", type=int, default=7, help="world seed (default 7)")
+    p.add_argument("--kind", default=None, help="world kind (rooms, corridor, doors, clutter, open, mixed)")
+    p.add_argument("--out", default="out/demo", help="output directory (default out/demo)")
+    p.add_argument("--quiet", action="store_true", help="summary only, no per-step lines")
+    p.set_defaults(func=handler)
+
+
+def handler(args: argparse.Namespace) -> int:
+    import dataclasses
+    from pathlib import Path
+
+    from mnemo_mpc import __version__
+    from mnemo_mpc.atomic import atomic_write_json
+    from mnemo_mpc.nav.controller import Controller
+    from mnemo_mpc.planning.worlds import generate_world
+    from mnemo_mpc.sim.episode import EpisodeConfig, run_episode
+    from mnemo_mpc.sim.plot import plot_episode
+
+    out = Path(args.out)
+    world = generate_world(args.seed, kind=args.kind)
+    controller = Controller()
+    cfg = EpisodeConfig()
+    print(
+        f"world {world.name}: start ({world.start[0]:.2f}, {world.start[1]:.2f}) -> goal ({world.goal[0]:.2f}, "
+        f"{world.goal[1]:.2f}), map {world.grid.size_m[0]:.1f} x {world.grid.size_m[1]:.1f} m"
+    )
+
+    def on_step(s: dict) -> None:
+        if args.quiet:
+            return
+        print(
+            f"step {s['step']:4d} t={s['t']:6.1f}s pose=({s['pose'][0]:6.2f},{s['pose'][1]:6.2f},{s['pose'][2]:6.2f}) "
+            f"cmd=({s['command'][0]:5.2f},{s['command'][1]:6.2f}) {s['status']:<22} start={s['start']:<5} "
+            f"iters={s['iterations']:2d} solve={s['solve_time_s'] * 1e3:6.1f}ms goal_dist={s['dist_to_goal_m']:5.2f}m"
+            + (f" flags={','.join(s['flags'])}" if s["flags"] else "")
+        )
+
+    result = run_episode(world, controller=controller, config=cfg, on_step=on_step)
+    m = result.metrics
+    payload = {
+        "metrics": m,
+        "config": {
+            "episode": dataclasses.asdict(cfg),
+            "robot": dataclasses.asdict(controller.robot),
+            "mpc": dataclasses.asdict(controller.mpc_config),
+            "controller": dataclasses.asdict(controller.config),
+            "world": {"seed": world.seed, "kind": world.kind, "start": world.start, "goal": world.goal},
+        },
+        "version": __version__,
+        "steps": result.steps,
+    }
+    atomic_write_json(out / "episode.json", payload)
+    plot_episode(result, out / "trajectory.png", controller.robot)
+    print(
+        f"{m['world']}: {m['outcome'].upper()} time {m['time_s']:.1f} s ({m['steps']} steps), driven "
+        f"{m['path_length_m']:.2f} m (global path {m['global_path_length_m']:.2f} m), final goal distance "
+        f"{m['final_dist_to_goal_m']:.2f} m"
+    )
+    print(
+        f"SQP iterations mean {m['iterations']['mean']} p50 {m['iterations']['p50']} p95 {m['iterations']['p95']}; "
+        f"solve ms p50 {m['solve_time_ms']['p50']} p95 {m['solve_time_ms']['p95']}; fallback steps "
+        f"{m['fallback_steps']}, clipped {m['clipped_steps']}"
+    )
+    print(f"wrote {out / 'episode.json'} and {out / 'trajectory.png'}")
+    return 0 if m["success"] else 1
