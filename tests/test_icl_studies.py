@@ -19,17 +19,11 @@ def test_lemma1_study_smoke(tmp_path):
     assert res["numbers"]["max_abs_gap"]["trained"] < 1e-8
     saved = json.loads((tmp_path / "lemma1_pgd" / "results.json").read_text())
     assert saved["seeds"] == [0] and (tmp_path / "lemma1_pgd" / "lemma1_pgd.png").stat().st_size > 1000
-    tf = saved["numbers"]["log_loss"]["Linear TF (trained)"]["mean"]
-    assert (
-        len(tf) == 3
-        and tf == saved["numbers"]["log_loss"]["Preconditioned GD with the TF's A_ℓ"]["mean"]
-        or all(
-            abs(a - b) < 1e-4
-            for a, b in zip(
-                tf, saved["numbers"]["log_loss"]["Preconditioned GD with the TF's A_ℓ"]["mean"], strict=True
-            )
-        )
-    )
+    curves = saved["numbers"]["log_loss"]
+    tf = curves["Linear TF (trained)"]["mean"]
+    pgd = curves["Preconditioned GD with the TF's A_ℓ"]["mean"]
+    # float32 transformer vs the same A_ℓ in float64: equal up to float32 rounding of the loss
+    assert len(tf) == 3 and all(abs(a - b) < 1e-4 for a, b in zip(tf, pgd, strict=True))
 
 
 @pytest.mark.slow
