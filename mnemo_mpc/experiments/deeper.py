@@ -19,6 +19,8 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field
 
+import torch
+
 from mnemo_mpc.experiments import _icl_common as common
 from mnemo_mpc.experiments.runner import RunContext, Summary
 from mnemo_mpc.icl.data import PAPER_SPECTRUM, DataConfig
@@ -70,6 +72,7 @@ def key(st: Setting) -> str:
 
 
 def run_seed(cfg: Config, seed: int, ctx: RunContext) -> dict:
+    torch.manual_seed(seed)  # model initialisations draw from the global generator: make a seed reproducible
     tcfg = dataclasses.replace(cfg.train, device=ctx.device)
     out = {}
     for st in cfg.settings:

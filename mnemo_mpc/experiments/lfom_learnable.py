@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from mnemo_mpc.experiments import _icl_common as common
 from mnemo_mpc.experiments.runner import RunContext, Summary
@@ -59,6 +60,7 @@ def quick_config() -> Config:
 
 
 def run_seed(cfg: Config, seed: int, ctx: RunContext) -> dict:
+    torch.manual_seed(seed)  # model initialisations draw from the global generator: make a seed reproducible
     tcfg = dataclasses.replace(cfg.train, device=ctx.device)
     d, n, L = cfg.data.d, cfg.data.n, cfg.max_layers
     sd = common.seed_data(cfg.data, seed, ctx.device, tcfg.dtype, cfg.test_size)

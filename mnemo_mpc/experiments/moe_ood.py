@@ -106,6 +106,7 @@ def _log_layers(model: torch.nn.Module, batch) -> list[float]:
 
 
 def run_seed(cfg: Config, seed: int, ctx: RunContext) -> dict:
+    torch.manual_seed(seed)  # model initialisations draw from the global generator: make a seed reproducible
     tcfg = dataclasses.replace(cfg.train, device=ctx.device)
     gcfg = dataclasses.replace(cfg.gate_train, device=ctx.device, dtype=tcfg.dtype)
     d, n, L = cfg.data.d, cfg.data.n, cfg.layers

@@ -74,6 +74,7 @@ def tune_momentum_method(
 
 
 def run_seed(cfg: Config, seed: int, ctx: RunContext) -> dict:
+    torch.manual_seed(seed)  # model initialisations draw from the global generator: make a seed reproducible
     tcfg = dataclasses.replace(cfg.train, device=ctx.device)
     d, n, L = cfg.data.d, cfg.data.n, cfg.max_layers
     sd = common.seed_data(cfg.data, seed, ctx.device, tcfg.dtype, cfg.test_size)
