@@ -9,7 +9,8 @@ applied. Around that core this module adds what a robot needs and the paper does
 * the global path -> sub-goal/reference (`mnemo_mpc.nav.reference`);
 * safety: the output is always finite and inside the velocity and acceleration limits (clipped and flagged); a failed
   solve falls back to the previous plan's next control while that plan is still collision-free in the current grid,
-  else to a stop that decelerates within the acceleration limits; at the goal the command is zero.
+  else to a stop that decelerates within the acceleration limits; at the goal the command goes to zero within the
+  acceleration limits (zero at once when at rest).
 """
 
 from __future__ import annotations
@@ -146,8 +147,9 @@ class Controller:
             self._given_path_id = id(global_path)
 
         if float(np.hypot(*(goal[:2] - pose[:2]))) <= self.config.goal_tolerance_m:
+            # Zero command, reached as fast as the acceleration limits allow (exactly zero once at rest).
             self._last_plan = None
-            return ControlOutput(np.zeros(2), "goal_reached", None, time_s=time.perf_counter() - t0)
+            return ControlOutput(self.stop_command(velocity), "goal_reached", None, time_s=time.perf_counter() - t0)
 
         cfg, mcfg = self.config, self.mpc_config
         n, dt = mcfg.N, mcfg.dt

@@ -1,0 +1,158 @@
+"""ROS-free controller: safety of the command under bad input and failed solves; a kinematic closed loop."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from mnemo_mpc.errors import InputError
+from mnemo_mpc.nav.controller import Controller
+from mnemo_mpc.planning.grid import OccupancyGrid
+from mnemo_mpc.planning.mpc import MPCConfig, WarmStart
+from mnemo_mpc.planning.robot import RobotModel
+
+RES = 0.05
+SHAPE = (60, 60)  # 3 m x 3 m window
+
+
+def room(obstacle: bool = True) -> OccupancyGrid:
+    data = np.zeros(SHAPE, np.int8)
+    data[:2, :] = data[-2:, :] = data[:, :2] = data[:, -2:] = 100
+    if obstacle:
+        data[25:35, 27:33] = 100  # a box between start and goal
+    return OccupancyGrid(data, RES)
+
+
+@pytest.fixture(scope="module")
+def controller() -> Controller:
+    return Controller(RobotModel(), MPCConfig(fallback=None))
+
+
+def in_limits(c: Controller, cmd: np.ndarray, vel: np.ndarray) -> bool:
+    r, dt = c.robot, c.mpc_config.dt
+    return (
+        bool(np.all(np.isfinite(cmd)))
+        and r.v_min - 1e-9 <= cmd[0] <= r.v_max + 1e-9
+        and abs(cmd[1]) <= r.w_max + 1e-9
+        and bool(np.all(np.abs(cmd - r.clip_control(vel)) <= r.accel_limits * dt + 1e-6))
+    )
+
+
+def test_bad_inputs_raise(controller):
+    grid = room()
+    with pytest.raises(InputError, match="pose"):
+        controller.step(grid, [np.nan, 1.0, 0.0], [0, 0], [2, 2, 0])
+    with pytest.raises(InputError, match="velocity"):
+        controller.step(grid, [0.5, 0.5, 0.0], [np.inf, 0], [2, 2, 0])
+    with pytest.raises(InputError, match="goal"):
+        controller.step(grid, [0.5, 0.5, 0.0], [0, 0], [2, 2])
+    with pytest.raises(InputError, match="OccupancyGrid"):
+        controller.step(np.zeros(SHAPE), [0.5, 0.5, 0.0], [0, 0], [2, 2, 0])
+    with pytest.raises(InputError, match="global_path"):
+        controller.step(room(), [0.5, 0.5, 0.0], [0, 0], [2, 2, 0], global_path=np.array([[np.nan, 0.0]]))
+
+
+def test_goal_reached_gives_zero_command(controller):
+    controller.reset()
+    out = controller.step(room(), [2.5, 2.5, 0.0], [0.0, 0.0], [2.6, 2.5, 0.0])
+    assert out.status == "goal_reached" and np.all(out.command == 0.0)
+    # Arriving at speed: brake towards zero within the acceleration limits.
+    out = controller.step(room(), [2.5, 2.5, 0.0], [0.35, 0.1], [2.6, 2.5, 0.0])
+    assert out.status == "goal_reached" and in_limits(controller, out.command, np.array([0.35, 0.1]))
+    assert out.command[0] == pytest.approx(0.25) and out.command[1] == 0.0
+
+
+def test_check_command_clips_and_flags(controller):
+    cmd, flags = controller.check_command(np.array([5.0, -9.0]), np.zeros(2))
+    assert "clipped_velocity" in flags and "clipped_acceleration" in flags
+    assert in_limits(controller, cmd, np.zeros(2))
+    cmd, flags = controller.check_command(np.array([np.nan, 0.0]), np.array([0.4, 0.0]))
+    assert "non_finite_command" in flags and np.all(np.isfinite(cmd))
+    assert cmd[0] == pytest.approx(0.4 - controller.robot.a_max * controller.mpc_config.dt)
+
+
+def test_failed_solve_falls_back_safely(controller, monkeypatch):
+    controller.reset()
+    grid = room(obstacle=False)
+    pose, vel, goal = np.array([0.5, 1.5, 0.0]), np.array([0.3, 0.0]), np.array([2.5, 1.5, 0.0])
+    good = controller.step(grid, pose, vel, goal)
+    assert good.status == "planned" and good.plan.success
+    mpc = controller.mpc(grid.shape)
+    real_solve = mpc.solve
+
+    def failing_solve(*a, **k):
+        res = real_solve(*a, **k)
+        return dataclasses.replace(res, success=False, status="injected failure")
+
+    monkeypatch.setattr(mpc, "solve", failing_solve)
+    pose2 = controller.robot.step(pose, good.command, 0.1)
+    out = controller.step(grid, pose2, good.command, goal)
+    # The previous plan is still collision-free: follow its next control.
+    assert out.status == "fallback_previous_plan" and "solve_failed" in out.flags
+    np.testing.assert_allclose(out.command, good.plan.controls[1], atol=1e-9)
+    assert in_limits(controller, out.command, good.command)
+    # A wall right in front of the robot invalidates the old plan: decelerate within the limits.
+    blocked = grid.data.copy()
+    blocked[:, 16:20] = 100
+    out = controller.step(OccupancyGrid(blocked, RES), pose2, good.command, goal)
+    assert out.status == "fallback_stop"
+    assert in_limits(controller, out.command, good.command)
+    assert out.command[0] < good.command[0]
+
+
+def test_start_in_collision_stops_instead_of_raising(controller):
+    controller.reset()
+    grid = room()
+    out = controller.step(grid, [1.5, 1.5, 0.0], [0.2, 0.0], [2.7, 2.7, 0.0])  # inside the box
+    assert out.status == "fallback_stop" and out.solve_error and "collision" in out.solve_error
+    assert in_limits(controller, out.command, np.array([0.2, 0.0]))
+
+
+def test_warm_start_provider_hook(controller):
+    calls = []
+    n = controller.mpc_config.N
+
+    def provider(grid, pose, goal):
+        calls.append(pose.copy())
+        return WarmStart(np.tile(pose, (n + 1, 1)), np.zeros((n, 2)))
+
+    c = Controller(controller.robot, controller.mpc_config, warm_start_provider=provider)
+    c._mpcs = controller._mpcs  # reuse the built NLP
+    out = c.step(room(False), [0.5, 1.5, 0.0], [0, 0], [2.5, 1.5, 0.0])
+    assert calls and out.warm_start_source == "provider" and out.status == "planned"
+
+    def broken(grid, pose, goal):
+        raise RuntimeError("model exploded")
+
+    c.warm_start_provider = broken
+    out = c.step(room(False), [0.6, 1.5, 0.0], out.command, [2.5, 1.5, 0.0])
+    assert out.warm_start_source == "shift" and out.status == "planned"
+    c.warm_start_provider = lambda g, p, q: WarmStart(np.zeros((3, 3)), np.zeros((2, 2)))
+    out = c.step(room(False), [0.7, 1.5, 0.0], out.command, [2.5, 1.5, 0.0])
+    assert out.warm_start_source == "shift"
+
+
+def test_kinematic_closed_loop_reaches_goal_around_obstacle(controller):
+    controller.reset()
+    grid = room()
+    from mnemo_mpc.planning.global_path import plan_global_path
+
+    pose, vel, goal = np.array([0.5, 1.5, 0.0]), np.zeros(2), np.array([2.5, 1.5, 0.0])
+    path = plan_global_path(grid, pose[:2], goal[:2], controller.robot)
+    sources = set()
+    for _ in range(120):
+        out = controller.step(grid, pose, vel, goal, global_path=path)
+        assert in_limits(controller, out.command, vel)
+        if out.status == "goal_reached":
+            break
+        sources.add(out.warm_start_source)
+        assert out.status == "planned"
+        pose = controller.robot.step(pose, out.command, controller.mpc_config.dt)
+        vel = out.command
+        from mnemo_mpc.planning.esdf import DistanceField
+
+        assert DistanceField(grid).distance(pose[:2]) >= controller.robot.radius
+    assert out.status == "goal_reached"
+    assert sources == {"cold", "shift"}
