@@ -112,10 +112,13 @@ def _sign_part(cfg: Config, gen: torch.Generator) -> dict:
         rows = {}
         for m in grid:
             mem = code[:m]
-            dist = cam.hamming_distances(mem, mem).fill_diagonal_(n + 1)
+            probes = min(m, cfg.sign_probes)
+            # Only the probed rows are needed: the full M×M matrix would take GBs at M = 8192.
+            dist = cam.hamming_distances(mem[:probes], mem)
+            dist[torch.arange(probes), torch.arange(probes)] = n + 1
             correct = cases = violations = 0
             min_margin = math.inf
-            for probe in range(min(m, cfg.sign_probes)):
+            for probe in range(probes):
                 centre = mem[probe]
                 nearest = mem[int(dist[probe].argmin())]
                 for x in (
