@@ -56,6 +56,8 @@ def plot_episode(
             zorder=4,
             label="MPC horizon (every ~N steps)" if j == 0 else None,
         )
+        ax.plot(states[0, 0], states[0, 1], "o", color="tab:orange", ms=3, zorder=5)
+        ax.plot(states[-1, 0], states[-1, 1], ">", color="tab:orange", ms=4, zorder=5)
     d = result.driven
     ax.plot(d[:, 0], d[:, 1], "-", color="tab:green", lw=1.5, zorder=3, label="driven")
     for k in range(0, len(d), max(footprint_every, 1)):
