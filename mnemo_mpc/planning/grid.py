@@ -143,3 +143,29 @@ class OccupancyGrid:
             "origin": self.origin,
             "data": self.data.reshape(-1).copy(),
         }
+
+    # --- local windows (added for the MPC, whose NLP is built for one fixed grid shape) -----------------------------
+    def window(self, center_xy: np.ndarray, shape: tuple[int, int]) -> OccupancyGrid:
+        """A (H, W) = `shape` sub-grid aligned with this one and centred (to the nearest cell) on `center_xy`.
+
+        Cells beyond this grid's edge are UNKNOWN. The MPC is built once per grid shape, so a robot on a large map
+        plans on a fixed-size window around itself.
+        """
+        h, w = int(shape[0]), int(shape[1])
+        if h < 1 or w < 1:
+            raise InputError(f"OccupancyGrid.window.shape: expected positive (rows, cols), got {shape}")
+        center = np.asarray(center_xy, dtype=float)
+        if center.shape != (2,) or not np.all(np.isfinite(center)):
+            raise InputError(f"OccupancyGrid.window.center_xy: expected finite (x, y), got {center_xy}")
+        g = self.world_to_grid(center)
+        c0 = int(np.round(g[0] - w / 2.0))
+        r0 = int(np.round(g[1] - h / 2.0))
+        out = np.full((h, w), UNKNOWN, dtype=np.int8)
+        rs, re = max(r0, 0), min(r0 + h, self.shape[0])
+        cs, ce = max(c0, 0), min(c0 + w, self.shape[1])
+        if rs < re and cs < ce:
+            out[rs - r0 : re - r0, cs - c0 : ce - c0] = self.data[rs:re, cs:ce]
+        ox, oy = self.grid_to_world(np.array([c0, r0], dtype=float))
+        return OccupancyGrid(
+            out, self.resolution, (float(ox), float(oy), self.origin[2]), self.occupied_thresh, self.free_thresh
+        )

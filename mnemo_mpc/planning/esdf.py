@@ -1,0 +1,132 @@
+"""Euclidean signed distance field (ESDF) of an occupancy grid.
+
+Convention: `values[r, c]` is the signed distance in metres from the centre of cell (r, c) to the boundary of the
+obstacle set, approximated on the grid as (distance between cell centres) - resolution / 2, so the field crosses zero
+half-way between a free and an obstacle cell centre. Positive in free space, negative inside obstacles.
+
+Unknown-space policy: `unknown_policy="occupied"` (default, safe: the planner never plans through what it has not
+seen) treats unknown cells as obstacles; `"free"` treats them as free. Space outside the grid is unknown and follows
+the same policy. Seed 002 §5.2 plans on an occupancy grid with "conservative safety and collision avoidance
+constraints"; this field is what the clearance constraint clearance(x_k) >= radius + margin evaluates.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import ndimage
+
+from mnemo_mpc.errors import InputError
+from mnemo_mpc.planning.grid import OccupancyGrid
+
+UNKNOWN_POLICIES = ("occupied", "free")
+
+
+class DistanceField:
+    """Signed Euclidean distance (metres) on the cell centres of `grid`, via `scipy.ndimage.distance_transform_edt`."""
+
+    def __init__(self, grid: OccupancyGrid, unknown_policy: str = "occupied") -> None:
+        if not isinstance(grid, OccupancyGrid):
+            raise InputError(f"DistanceField.grid: expected an OccupancyGrid, got {type(grid).__name__}")
+        if unknown_policy not in UNKNOWN_POLICIES:
+            raise InputError(
+                f"DistanceField.unknown_policy: expected one of {UNKNOWN_POLICIES}, got {unknown_policy!r}"
+            )
+        self.grid = grid
+        self.unknown_policy = unknown_policy
+        self.obstacles = self.obstacle_mask(grid, unknown_policy)
+        self.values = signed_distance(self.obstacles, grid.resolution, pad_obstacle=unknown_policy == "occupied")
+        self._cache: dict = {}
+
+    @staticmethod
+    def obstacle_mask(grid: OccupancyGrid, unknown_policy: str = "occupied") -> np.ndarray:
+        mask = grid.occupied_mask()
+        if unknown_policy == "occupied":
+            mask = mask | grid.unknown_mask()
+        return mask
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.values.shape
+
+    def distance(self, xy: np.ndarray) -> np.ndarray:
+        """Signed distance at map-frame points (..., 2), bilinear between cell centres.
+
+        Outside the grid the field continues as the policy says: with "occupied" the outside is an obstacle, so the
+        distance drops below zero past the grid edge; with "free" the border value is held.
+        """
+        xy = np.asarray(xy, dtype=float)
+        g = self.grid.world_to_grid(xy)  # (col, row) in cells, cell centre at +0.5
+        coords = np.stack([g[..., 1] - 0.5, g[..., 0] - 0.5]).reshape(2, -1)
+        d = ndimage.map_coordinates(self.values, coords, order=1, mode="nearest").reshape(xy.shape[:-1])
+        if self.unknown_policy == "occupied":
+            h, w = self.shape
+            ex = np.maximum(np.maximum(-g[..., 0], g[..., 0] - w), 0.0)
+            ey = np.maximum(np.maximum(-g[..., 1], g[..., 1] - h), 0.0)
+            outside = np.hypot(ex, ey) * self.grid.resolution
+            d = np.where(outside > 0, np.minimum(d, 0.0) - outside, d)
+        return d
+
+    def padded_values(self, pad: int) -> np.ndarray:
+        """`values` with `pad` extra cells on every side, continued outside the grid by `distance`'s policy."""
+        h, w = self.shape
+        if pad == 0:
+            return self.values
+        rows, cols = np.mgrid[-pad : h + pad, -pad : w + pad]
+        xy = self.grid.grid_to_world(np.stack([cols + 0.5, rows + 0.5], axis=-1))
+        out = self.distance(xy)
+        out[pad:-pad, pad:-pad] = self.values
+        return out
+
+    def spline_coefficients(self, pad: int = 3) -> np.ndarray:
+        """Cubic B-spline coefficients of the padded field, shape (H + 2 pad, W + 2 pad).
+
+        The MPC's clearance constraint evaluates the spline with these coefficients (they are the NLP parameter the
+        map enters through); `spline_distance` is the same spline in numpy.
+        """
+        key = ("coeffs", pad)
+        if key not in self._cache:
+            self._cache[key] = ndimage.spline_filter(self.padded_values(pad), order=3, mode="mirror")
+        return self._cache[key]
+
+    def spline_distance(self, xy: np.ndarray, pad: int = 3) -> np.ndarray:
+        """The smooth (bicubic interpolating spline) field the optimiser sees, at map-frame points (..., 2)."""
+        xy = np.asarray(xy, dtype=float)
+        g = self.grid.world_to_grid(xy)
+        h, w = self.shape
+        qx = np.clip(g[..., 0] - 0.5 + pad, 1.0, w + 2 * pad - 2.0 - 1e-9)
+        qy = np.clip(g[..., 1] - 0.5 + pad, 1.0, h + 2 * pad - 2.0 - 1e-9)
+        coords = np.stack([qy, qx]).reshape(2, -1)
+        vals = ndimage.map_coordinates(self.spline_coefficients(pad), coords, order=3, mode="mirror", prefilter=False)
+        return vals.reshape(xy.shape[:-1])
+
+    def min_clearance(self, points: np.ndarray) -> float:
+        """Smallest signed distance over `points` (K, 2)."""
+        return float(np.min(self.distance(points)))
+
+
+def signed_distance(obstacles: np.ndarray, resolution: float, pad_obstacle: bool = True) -> np.ndarray:
+    """Signed distance (metres) from each cell centre to the obstacle boundary; see the module docstring.
+
+    `pad_obstacle` surrounds the grid with a ring of obstacle cells (the outside is unknown and treated as occupied).
+    With no obstacle at all the distance is unbounded; we return the grid diagonal, which is larger than any
+    distance the planner can query inside the grid.
+    """
+    obstacles = np.asarray(obstacles, dtype=bool)
+    if obstacles.ndim != 2:
+        raise InputError(f"signed_distance.obstacles: expected a 2-D mask, got shape {obstacles.shape}")
+    if not resolution > 0:
+        raise InputError(f"signed_distance.resolution: expected > 0, got {resolution}")
+    mask = np.pad(obstacles, 1, constant_values=True) if pad_obstacle else obstacles
+    if not mask.any():
+        diag = float(np.hypot(*obstacles.shape)) * resolution
+        return np.full(obstacles.shape, diag)
+    outside = ndimage.distance_transform_edt(~mask) * resolution  # free cell -> nearest obstacle centre
+    if mask.all():  # no free cell: every point is deep inside; the depth is unbounded, use the diagonal
+        inside = np.full(mask.shape, float(np.hypot(*mask.shape)) * resolution)
+    else:
+        inside = ndimage.distance_transform_edt(mask) * resolution
+    half = 0.5 * resolution
+    values = np.where(mask, -(inside - half), outside - half)
+    if pad_obstacle:
+        values = values[1:-1, 1:-1]
+    return values.astype(float)

@@ -1,0 +1,166 @@
+"""Global path on the inflated grid and the local MPC reference taken from it.
+
+Seed 002 §5.2 drives a local SQP MPC through layouts "with narrow corridors and doors". A local optimiser alone stalls
+behind walls and in dead ends, so it tracks a reference cut from a global shortest path. The search is
+`skimage.graph.MCP_Geometric` (minimum-cost path, 8-connected, diagonal steps cost sqrt(2)) over cells whose
+clearance exceeds radius + margin; a soft cost near obstacles keeps the path towards corridor centres, where the MPC
+has room.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import ndimage
+
+from mnemo_mpc.errors import InfeasibleProblemError, InputError
+from mnemo_mpc.planning.esdf import DistanceField
+from mnemo_mpc.planning.grid import OccupancyGrid
+from mnemo_mpc.planning.robot import RobotModel
+
+
+@dataclass(frozen=True)
+class PathConfig:
+    preferred_clearance: float = 0.6  # metres; closer than this costs extra
+    proximity_weight: float = 4.0  # extra cost per cell at zero clearance (linear ramp up to preferred_clearance)
+    smoothing_sigma: float = 2.0  # Gaussian smoothing of the resampled path, in samples (0 = off)
+    spacing: float = 0.05  # metres between resampled path points
+
+
+def plan_global_path(
+    grid_or_field: OccupancyGrid | DistanceField,
+    start_xy: np.ndarray,
+    goal_xy: np.ndarray,
+    robot: RobotModel,
+    config: PathConfig | None = None,
+    unknown_policy: str = "occupied",
+) -> np.ndarray:
+    """Shortest collision-free path (K, 2) in map coordinates from `start_xy` to `goal_xy`, K >= 2.
+
+    Cells closer than radius + safety margin to an obstacle are impassable, except within that distance of the start
+    and goal themselves (a robot already inside its margin band must be able to leave it). Raises
+    `InfeasibleProblemError` when start or goal is outside the map, in an obstacle or unknown space, or no path joins
+    them.
+    """
+    cfg = config or PathConfig()
+    field = grid_or_field if isinstance(grid_or_field, DistanceField) else DistanceField(grid_or_field, unknown_policy)
+    grid = field.grid
+    start_xy = _finite_xy(start_xy, "start_xy")
+    goal_xy = _finite_xy(goal_xy, "goal_xy")
+    cells = []
+    for name, xy in (("start", start_xy), ("goal", goal_xy)):
+        rc = grid.world_to_cell(xy)
+        if not grid.in_bounds(rc):
+            raise InfeasibleProblemError(f"{name} ({xy[0]:.3f}, {xy[1]:.3f}) lies outside the map")
+        r, c = int(rc[0]), int(rc[1])
+        if grid.occupied_mask()[r, c]:
+            raise InfeasibleProblemError(f"{name} ({xy[0]:.3f}, {xy[1]:.3f}) lies in an occupied cell ({r}, {c})")
+        if field.obstacles[r, c]:
+            raise InfeasibleProblemError(f"{name} ({xy[0]:.3f}, {xy[1]:.3f}) lies in unknown space, cell ({r}, {c})")
+        if field.values[r, c] < robot.radius:
+            raise InfeasibleProblemError(
+                f"{name} ({xy[0]:.3f}, {xy[1]:.3f}) is in collision: clearance {field.values[r, c]:.3f} m < robot "
+                f"radius {robot.radius:.3f} m"
+            )
+        cells.append((r, c))
+
+    clear = field.values
+    passable = clear > robot.clearance
+    xs, ys = grid.cell_centers()
+    for xy in (start_xy, goal_xy):
+        near = np.hypot(xs - xy[0], ys - xy[1]) <= robot.clearance + grid.resolution
+        passable |= near & (clear >= robot.radius)
+    ramp = np.clip((cfg.preferred_clearance - clear) / max(cfg.preferred_clearance, 1e-9), 0.0, 1.0)
+    costs = np.where(passable, 1.0 + cfg.proximity_weight * ramp, np.inf)
+
+    from skimage.graph import MCP_Geometric
+
+    mcp = MCP_Geometric(costs, fully_connected=True)
+    cumulative, _ = mcp.find_costs([cells[0]], [cells[1]])
+    if not np.isfinite(cumulative[cells[1]]):
+        raise InfeasibleProblemError(
+            f"no collision-free path for a {robot.radius:.2f} m robot (+{robot.safety_margin:.2f} m margin) from "
+            f"({start_xy[0]:.2f}, {start_xy[1]:.2f}) to ({goal_xy[0]:.2f}, {goal_xy[1]:.2f})"
+        )
+    route = np.asarray(mcp.traceback(cells[1]), dtype=float)  # (K, 2) rows, cols
+    pts = grid.grid_to_world(np.stack([route[:, 1] + 0.5, route[:, 0] + 0.5], axis=-1))
+    pts = (
+        np.concatenate([start_xy[None], pts[1:-1], goal_xy[None]], axis=0)
+        if len(pts) > 2
+        else np.stack([start_xy, goal_xy])
+    )
+    return _resample(pts, cfg.spacing, cfg.smoothing_sigma)
+
+
+@dataclass(frozen=True)
+class LocalReference:
+    points: np.ndarray  # (N+1, 2) reference positions for knots 0..N
+    goal: np.ndarray  # (3,) sub-goal pose: the last reference point, heading along the path (final goal at the end)
+    progress: int  # index of the path point closest to the robot
+    at_end: bool  # the horizon reaches the end of the path
+
+
+def local_reference(
+    path: np.ndarray,
+    state: np.ndarray,
+    horizon: int,
+    dt: float,
+    speed: float,
+    goal_yaw: float | None = None,
+    progress: int = 0,
+    lookback: int = 20,
+) -> LocalReference:
+    """The MPC reference: `horizon`+1 points spaced `speed * dt` along `path`, from the point closest to the robot.
+
+    The closest point is searched from `progress - lookback` onward, so the reference never jumps back to an earlier
+    pass of a path that loops near itself.
+    """
+    path = np.asarray(path, dtype=float)
+    if path.ndim != 2 or path.shape[1] != 2 or len(path) < 1 or not np.all(np.isfinite(path)):
+        raise InputError(f"local_reference.path: expected finite (K, 2) points, got shape {path.shape}")
+    state = np.asarray(state, dtype=float)
+    if state.shape != (3,) or not np.all(np.isfinite(state)):
+        raise InputError(f"local_reference.state: expected finite (x, y, yaw), got {state.tolist()}")
+    lo = max(0, int(progress) - lookback)
+    i = lo + int(np.argmin(np.hypot(*(path[lo:] - state[:2]).T)))
+    seg = np.hypot(*np.diff(path, axis=0).T)
+    s = np.concatenate([[0.0], np.cumsum(seg)])
+    targets = s[i] + speed * dt * np.arange(horizon + 1)
+    at_end = bool(targets[-1] >= s[-1])
+    targets = np.minimum(targets, s[-1])
+    points = np.stack([np.interp(targets, s, path[:, 0]), np.interp(targets, s, path[:, 1])], axis=-1)
+    if at_end and goal_yaw is not None:
+        yaw = float(goal_yaw)
+    else:
+        j = min(int(np.searchsorted(s, targets[-1])), len(path) - 1)
+        d = path[j] - path[max(j - 1, 0)] if j > 0 else path[min(1, len(path) - 1)] - path[0]
+        yaw = math.atan2(d[1], d[0]) if np.any(d) else float(state[2])
+    return LocalReference(points, np.array([points[-1, 0], points[-1, 1], yaw]), i, at_end)
+
+
+def _resample(pts: np.ndarray, spacing: float, sigma: float) -> np.ndarray:
+    seg = np.hypot(*np.diff(pts, axis=0).T)
+    s = np.concatenate([[0.0], np.cumsum(seg)])
+    if s[-1] <= 0:
+        return np.stack([pts[0], pts[-1]])
+    k = max(int(math.ceil(s[-1] / spacing)), 1)
+    t = np.linspace(0.0, s[-1], k + 1)
+    out = np.stack([np.interp(t, s, pts[:, 0]), np.interp(t, s, pts[:, 1])], axis=-1)
+    if sigma > 0 and len(out) > 4:
+        # Smoothing removes the 8-connected staircase; the ends are pinned to the true start and goal.
+        sm = ndimage.gaussian_filter1d(out, sigma, axis=0, mode="nearest")
+        sm[0], sm[-1] = out[0], out[-1]
+        out = sm
+    return out
+
+
+def _finite_xy(value: np.ndarray, name: str) -> np.ndarray:
+    arr = np.asarray(value, dtype=float).reshape(-1)
+    if arr.size < 2:
+        raise InputError(f"{name}: expected (x, y), got {np.asarray(value).tolist()}")
+    arr = arr[:2]
+    if not np.all(np.isfinite(arr)):
+        raise InputError(f"{name}: contains NaN or inf: {arr.tolist()}")
+    return arr
