@@ -379,7 +379,7 @@ def _plot_capacity(cfg: Config, per_seed: dict[int, dict], ctx: RunContext) -> s
     ax = axes[2]
     for family, color in (("attn_mlp", "tab:blue"), ("attn_only", "tab:orange")):
         fam = res[family]
-        pts = [(v["n_facts"], v["params_needed"]) for v in fam.values() if v["params_needed"] is not None]
+        pts = [(v["n_facts"], v["params_needed_total"]) for v in fam.values() if v["params_needed_total"] is not None]
         if pts:
             n, p = np.array(pts).T
             ax.plot(n, p, "o-", color=color, label=f"{family} (ours)")
@@ -387,9 +387,10 @@ def _plot_capacity(cfg: Config, per_seed: dict[int, dict], ctx: RunContext) -> s
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("number of facts S*R")
-    ax.set_ylabel(f"parameters needed for {cfg.acc_threshold:.0%} accuracy")
+    ax.set_ylabel(f"trained parameters needed for {cfg.acc_threshold:.0%} accuracy")
     ax.set_title("capacity ~ parameters")
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     path = ctx.figure_path("factual_capacity")
     fig.savefig(path, dpi=120)

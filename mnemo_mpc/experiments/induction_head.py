@@ -154,7 +154,8 @@ def train_probed(cfg: Config, task: InContextBigramTask, seed: int, device: str)
     curve: dict[str, list] = {"step": [], "acc_in_context": [], **{k: [] for k in (*PAPER_ORDER, "wkq2_triggers")}}
     for step in range(cfg.probe_steps + 1):
         if step % cfg.probe_every == 0 or step == cfg.probe_steps:
-            probes = induction_probes(model.cpu(), task.triggers, cfg.seq_len)
+            # W_OV^2 only has to store the tokens that can be outputs (the non-triggers under our pi_o).
+            probes = induction_probes(model.cpu(), task.triggers, cfg.seq_len, task.non_triggers)
             model.to(device)
             with torch.no_grad():
                 acc = in_context_accuracy(model(x_t), y_t, occ_t, 2)

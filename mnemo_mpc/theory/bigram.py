@@ -180,11 +180,12 @@ def memory_recall(w_hat: Tensor, inputs: Tensor, outputs: Tensor, targets: Tenso
 
 
 @torch.no_grad()
-def induction_probes(model, triggers: np.ndarray, seq_len: int) -> dict[str, float]:
+def induction_probes(model, triggers: np.ndarray, seq_len: int, outputs: np.ndarray | None = None) -> dict[str, float]:
     """The three probes of the induction-head construction (seed 004, slide "Induction head with associative
     memories") on a 2-layer `mnemo_mpc.theory.transformer.Transformer`, head 0 of each layer:
 
-    - W_OV^2 vs sum_k u_k e_k^T over all N tokens (the second-layer head copies the attended token);
+    - W_OV^2 vs sum_k u_k e_k^T over the tokens that can be in-context outputs (`outputs`, default all N): the
+      second-layer head copies the attended token;
     - W_KQ^2 vs sum_{k in Q} e_k tilde-e_k^T with tilde-e_k = W_OV^1 e_k: the query e_q of a trigger must score the
       key tilde-e_q highest. `wkq2` takes all N remapped tokens as candidate keys (any earlier token can sit before
       a position); `wkq2_triggers` takes only the K triggers as candidates, as in Birth's released probe;
@@ -193,9 +194,8 @@ def induction_probes(model, triggers: np.ndarray, seq_len: int) -> dict[str, flo
 
     The read-outs are argmax comparisons, so the 1/sqrt(d_h) score scale is irrelevant."""
     e, u = model.tok_emb, model.unembed
-    n = e.shape[0]
-    idx = torch.arange(n)
-    out = {"wov2": memory_recall(model.w_ov(1), e, u, idx)}
+    idx = torch.arange(e.shape[0]) if outputs is None else torch.as_tensor(outputs, dtype=torch.long)
+    out = {"wov2": memory_recall(model.w_ov(1), e[idx], u, idx)}
     q = torch.as_tensor(triggers, dtype=torch.long)
     remapped = e @ model.w_ov(0).T  # tilde-e_k = W_OV^1 e_k
     w_kq2 = model.w_kq(1)
