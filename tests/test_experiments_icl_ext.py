@@ -151,6 +151,8 @@ def test_moe_ood_tiny_run(tmp_path, monkeypatch):
     assert set(res["numbers"]["unseen_variance"]) == {"0.5", "3"}
     gate = res["numbers"]["fitted_gate_mean"]["3"]
     assert len(gate) == 3 and abs(sum(gate) - 1) < 1e-5  # a softmax gate over the 3 heads
+    with pytest.raises(InputError, match="train_variances"):
+        get_study("moe_ood").Config(train_variances=(0.5, 2.0))
 
 
 @pytest.mark.slow

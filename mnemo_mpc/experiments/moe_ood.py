@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from mnemo_mpc.errors import InputError
 from mnemo_mpc.experiments import _icl_common as common
 from mnemo_mpc.experiments.runner import RunContext, Summary
 from mnemo_mpc.icl.data import DataConfig, seed_generator
@@ -74,6 +75,13 @@ class Config:
         default_factory=lambda: TrainConfig(steps=500, lr=0.05, lr_halve_every=0, clip=0.0, progress=False)
     )
     test_size: int = 1000
+
+    def __post_init__(self) -> None:
+        if 1.0 not in self.train_variances:
+            raise InputError(
+                f"moe_ood Config.train_variances must include the default variance 1.0 (the single-head baseline), "
+                f"got {self.train_variances}"
+            )
 
 
 def quick_config() -> Config:
@@ -134,7 +142,7 @@ def run_seed(cfg: Config, seed: int, ctx: RunContext) -> dict:
         params="gate",
         desc="prompt gate",
     )
-    single = experts[cfg.train_variances.index(1.0)] if 1.0 in cfg.train_variances else None
+    single = experts[cfg.train_variances.index(1.0)]
     variance_curves: dict[str, dict[str, list[float]]] = {}
     gates: dict[str, list[float]] = {}
     for j, v in enumerate(cfg.test_variances):
@@ -143,8 +151,7 @@ def run_seed(cfg: Config, seed: int, ctx: RunContext) -> dict:
         curves = {
             name: _log_layers(e, test) for name, e in zip(map(expert_name, cfg.train_variances), experts, strict=True)
         }
-        if single is not None:
-            curves[SINGLE] = curves[expert_name(1.0)]
+        curves[SINGLE] = _log_layers(single, test)
         curves[POOLED] = _log_layers(pooled, test)
         curves[UNIFORM] = _log_layers(MoEMemformer(experts), test)
         fitted = _fit(MoEMemformer(experts), task, gcfg, base + 100 + j, params="gate", desc=f"gate ν={v:g}")

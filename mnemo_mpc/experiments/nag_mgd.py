@@ -26,7 +26,7 @@ import torch
 from mnemo_mpc.experiments import _icl_common as common
 from mnemo_mpc.experiments.runner import RunContext, Summary
 from mnemo_mpc.icl import classical
-from mnemo_mpc.icl.data import DataConfig, ICLBatch, LinearRegressionTask, seed_generator
+from mnemo_mpc.icl.data import DataConfig, ICLBatch, LinearRegressionTask, make_covariance, seed_generator
 from mnemo_mpc.icl.linear_transformer import LinearTransformer
 from mnemo_mpc.icl.memformer import LFOMMemformer
 from mnemo_mpc.icl.train import TrainConfig
@@ -78,7 +78,8 @@ def run_seed(cfg: Config, seed: int, ctx: RunContext) -> dict:
     tcfg = dataclasses.replace(cfg.train, device=ctx.device)
     d, n, L = cfg.data.d, cfg.data.n, cfg.max_layers
     sd = common.seed_data(cfg.data, seed, ctx.device, tcfg.dtype, cfg.test_size)
-    task64 = LinearRegressionTask(sd.task.sigma.detach().cpu().double(), n)
+    # the seed's Σ in float64, drawn exactly as `common.seed_data` draws it
+    task64 = LinearRegressionTask(make_covariance(cfg.data, seed_generator(seed), torch.float64), n)
     val = task64.sample(cfg.val_size, seed_generator(VAL_SEED_OFFSET * (seed + 1)))
     curves = common.classical_log_losses(sd.test64, L, ("CGD", NAG, MGD))
     tuned = {}
