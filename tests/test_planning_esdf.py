@@ -1,0 +1,98 @@
+"""ESDF: brute force, unknown policy, the spline the MPC sees (CasADi == scipy), grid windows."""
+
+import casadi as ca
+import numpy as np
+import pytest
+
+from mnemo_mpc.errors import InputError
+from mnemo_mpc.planning.esdf import DistanceField
+from mnemo_mpc.planning.grid import OccupancyGrid
+from mnemo_mpc.planning.mpc import SPLINE_PAD, _cubic_bspline_basis
+
+
+def brute_force(obstacles: np.ndarray, res: float) -> np.ndarray:
+    """Signed distance by definition: nearest cell centre of the other class, minus half a cell."""
+    h, w = obstacles.shape
+    rr, cc = np.mgrid[0:h, 0:w]
+    centres = np.stack([rr.ravel(), cc.ravel()], axis=1).astype(float)
+    occ = centres[obstacles.ravel()]
+    free = centres[~obstacles.ravel()]
+    out = np.empty(h * w)
+    for i, p in enumerate(centres):
+        other = free if obstacles.ravel()[i] else occ
+        d = np.min(np.hypot(*(other - p).T)) * res - 0.5 * res
+        out[i] = -d if obstacles.ravel()[i] else d
+    return out.reshape(h, w)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_esdf_matches_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    data = np.where(rng.random((23, 31)) < 0.08, 100, 0).astype(np.int8)
+    data[5:9, 10:20] = 100
+    grid = OccupancyGrid(data, 0.05, (1.0, -2.0, 0.0))
+    field = DistanceField(grid, unknown_policy="free")  # "free": no border wall, so brute force needs no padding
+    np.testing.assert_allclose(field.values, brute_force(data >= 65, 0.05), atol=1e-12)
+
+
+def test_occupied_policy_treats_unknown_and_outside_as_obstacle():
+    data = np.zeros((20, 20), np.int8)
+    data[10, 10] = -1
+    grid = OccupancyGrid(data, 0.1)
+    occ = DistanceField(grid, "occupied")
+    free = DistanceField(grid, "free")
+    assert occ.values[10, 10] < 0 and free.values[10, 10] > 0
+    # with the outside as obstacle, the border cells are half a cell from it
+    assert occ.values[0, 5] == pytest.approx(0.05)
+    assert free.values[0, 5] > 1.0
+    assert occ.distance(np.array([-0.5, 1.0])) < 0  # outside the grid
+    with pytest.raises(InputError, match="unknown_policy"):
+        DistanceField(grid, "maybe")
+
+
+def test_bilinear_distance_hits_cell_centres():
+    rng = np.random.default_rng(3)
+    data = np.where(rng.random((15, 12)) < 0.1, 100, 0).astype(np.int8)
+    grid = OccupancyGrid(data, 0.07, (0.3, 0.2, 0.4))
+    field = DistanceField(grid)
+    xs, ys = grid.cell_centers()
+    np.testing.assert_allclose(field.distance(np.stack([xs, ys], -1)), field.values, atol=1e-9)
+
+
+def test_casadi_spline_equals_scipy_spline_and_interpolates():
+    """The MPC's clearance function (gathered 4x4 coefficients x cubic basis) is the scipy cubic spline."""
+    rng = np.random.default_rng(4)
+    data = np.where(rng.random((12, 14)) < 0.1, 100, 0).astype(np.int8)
+    grid = OccupancyGrid(data, 0.05, (-0.2, 0.1, 0.0))
+    field = DistanceField(grid)
+    coeffs = field.spline_coefficients(SPLINE_PAD)
+    rows, cols = coeffs.shape
+    q = ca.SX.sym("q", 2)
+    c = ca.SX.sym("c", 16)
+    bx, by = _cubic_bspline_basis(q[0]), _cubic_bspline_basis(q[1])
+    f = ca.Function("f", [q, c], [ca.mtimes([bx.T, ca.reshape(c, 4, 4), by])])
+    for _ in range(20):
+        xy = np.array([rng.uniform(-0.2, 0.5), rng.uniform(0.1, 0.7)])
+        g = grid.world_to_grid(xy) - 0.5 + SPLINE_PAD
+        i0, j0 = np.floor(g).astype(int)
+        block = coeffs[j0 - 1 : j0 + 3, i0 - 1 : i0 + 3].T.reshape(-1, order="F")  # [a + 4 b] = coeffs[j0+b-1, i0+a-1]
+        value = float(f(g - np.floor(g), block))
+        assert value == pytest.approx(float(field.spline_distance(xy)), abs=1e-9)
+    xs, ys = grid.cell_centers()
+    np.testing.assert_allclose(field.spline_distance(np.stack([xs, ys], -1)), field.values, atol=1e-9)
+    assert rows == 12 + 2 * SPLINE_PAD and cols == 14 + 2 * SPLINE_PAD
+
+
+def test_window_crops_and_fills_unknown():
+    data = np.zeros((10, 10), np.int8)
+    data[2, 3] = 100
+    grid = OccupancyGrid(data, 0.5, (1.0, 1.0, 0.0))
+    win = grid.window(np.array([1.25, 1.25]), (4, 4))  # centred on cell (0, 0): half of it lies off the map
+    assert win.shape == (4, 4) and win.resolution == 0.5
+    assert (win.data[:2, :] == -1).all() and (win.data[:, :2] == -1).all()
+    x, y = grid.grid_to_world(np.array([3.5, 2.5]))
+    cell = win.world_to_cell(np.array([x, y]))
+    if win.in_bounds(cell):
+        assert win.data[cell[0], cell[1]] == 100
+    with pytest.raises(InputError):
+        grid.window(np.array([np.nan, 0.0]), (4, 4))
