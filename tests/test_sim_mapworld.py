@@ -7,7 +7,6 @@ from mnemo_mpc.errors import InfeasibleProblemError, MapFormatError
 from mnemo_mpc.planning.grid import OCCUPIED
 
 pytest.importorskip("pybullet")
-mapio = pytest.importorskip("mnemo_mpc.planning.mapio", reason="map_server loader (planning engineer) not landed")
 
 
 def _write_map(tmp_path, origin=(-1.0, -2.0, 0.0)):
