@@ -31,6 +31,7 @@ from skimage.graph import MCP_Geometric
 
 from mnemo_mpc.errors import InfeasibleProblemError, InputError, MnemoError
 from mnemo_mpc.planning.grid import FREE, OCCUPIED, OccupancyGrid
+from mnemo_mpc.planning.robot import RobotModel
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +47,8 @@ class WorldConfig:
     size_m: tuple[float, float] = (12.0, 12.0)  # (x extent, y extent) including the outer walls
     resolution: float = 0.05
     difficulty: float = 0.5
-    robot_radius_m: float = 0.2
-    safety_margin_m: float = 0.05
+    robot_radius_m: float = RobotModel.radius  # the planner's footprint, one source of truth
+    safety_margin_m: float = RobotModel.safety_margin
     wall_thickness_m: float = 0.15
     # Doors: width drawn in [footprint + 2*margin + door_extra_min_m, door_width_max_m]; difficulty shrinks the top.
     door_extra_min_m: float = 0.3
