@@ -10,10 +10,11 @@ The paper's planner: "For each MPC step, one instance of trajectory optimization
           |u_k - u_{k-1}| <= (a_max, alpha_max) dt,  with u_{-1} = the current velocity
           esdf(p_k) >= radius + safety_margin (+ a small interpolation buffer),   k = 1..N
 
-with CasADi `sqpmethod` (exact Hessian, QP backend selectable; piqp by default) and a fallback NLP solver (IPOPT or
-fatrop) for solves the SQP does not finish. The NLP is built once per (N, dt, grid shape): the ESDF enters as the
-parametric values of a cubic B-spline interpolant on the window's cell centres, and the window's origin, rotation and
-resolution enter as parameters that map query points into grid coordinates. Start, goal and reference are
+with CasADi `sqpmethod` (exact Hessian, QP backend selectable; piqp by default) and IPOPT as the fallback for solves
+the SQP does not finish. The NLP is built once per (N, dt, grid shape): the ESDF enters as the parametric
+coefficients of a bicubic B-spline that interpolates it at the window's cell centres (computed per map by
+`DistanceField.spline_coefficients`), and the window's origin, rotation and resolution enter as parameters that map
+query points into grid coordinates. Start, goal and reference are
 parameters/bounds, so nothing is rebuilt between calls.
 """
 
@@ -35,7 +36,9 @@ log = logging.getLogger(__name__)
 
 SPLINE_PAD = 3  # cells of extrapolated ESDF around the window, so the spline is defined a little past its edge
 QP_SOLVERS = ("piqp", "qrqp", "osqp", "proxqp", "qpoases", "hpipm")
-FALLBACK_SOLVERS = ("ipopt", "fatrop")
+# fatrop needs the variables ordered stage by stage and the stage-coupling rate constraints u_k - u_{k-1} folded
+# into an augmented state; that reformulation is not done here, so IPOPT is the one fallback.
+FALLBACK_SOLVERS = ("ipopt",)
 
 
 @dataclass(frozen=True)
@@ -264,15 +267,11 @@ class SQPMPC:
 
         if self._fallback_solver is None:
             cfg = self.config
-            if cfg.fallback == "ipopt":
-                opts = {
-                    "print_time": False,
-                    "error_on_fail": False,
-                    "ipopt": {"print_level": 0, "max_iter": cfg.fallback_max_iter, "tol": 1e-8, "sb": "yes"},
-                }
-            else:
-                opts = {"print_time": False, "error_on_fail": False, "fatrop": {"print_level": 0}}
-                opts["structure_detection"] = "auto"
+            opts = {
+                "print_time": False,
+                "error_on_fail": False,
+                "ipopt": {"print_level": 0, "max_iter": cfg.fallback_max_iter, "tol": 1e-8, "sb": "yes"},
+            }
             self._fallback_solver = ca.nlpsol("mpc_fallback", cfg.fallback, self._nlp, opts)
         return self._fallback_solver
 

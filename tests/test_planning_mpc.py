@@ -1,0 +1,184 @@
+"""SQP MPC: dynamics, bounds and clearance hold on solutions; warm start beats cold; bad input is rejected."""
+
+import math
+
+import numpy as np
+import pytest
+
+from mnemo_mpc.errors import InfeasibleProblemError, InputError
+from mnemo_mpc.planning.esdf import DistanceField
+from mnemo_mpc.planning.global_path import local_reference, plan_global_path
+from mnemo_mpc.planning.grid import OccupancyGrid
+from mnemo_mpc.planning.mpc import SPLINE_PAD, SQPMPC, MPCConfig, WarmStart
+from mnemo_mpc.planning.robot import RobotModel
+
+SHAPE = (80, 80)
+ROBOT = RobotModel()
+
+
+@pytest.fixture(scope="module")
+def mpc():
+    return SQPMPC(ROBOT, MPCConfig(fallback=None), SHAPE)
+
+
+def wall_field(origin=(-2.0, -2.0, 0.0)):
+    data = np.zeros(SHAPE, np.int8)
+    data[30:50, 50:54] = 100  # a wall segment across the straight line to the goal
+    data[0, :] = data[-1, :] = data[:, 0] = data[:, -1] = 100
+    return DistanceField(OccupancyGrid(data, 0.05, origin))
+
+
+def check_solution(res, state, velocity, dt=0.1):
+    assert res.success, res.status
+    assert np.all(np.isfinite(res.states)) and np.all(np.isfinite(res.controls))
+    np.testing.assert_allclose(res.states[0], state, atol=1e-9)
+    assert res.max_dynamics_violation <= 1e-6
+    np.testing.assert_allclose(ROBOT.rollout(state, res.controls, dt), res.states, atol=1e-5)
+    lo, hi = ROBOT.control_lower - 1e-7, ROBOT.control_upper + 1e-7
+    assert np.all(res.controls >= lo) and np.all(res.controls <= hi)
+    du = np.diff(np.vstack([velocity, res.controls]), axis=0)
+    assert np.all(np.abs(du) <= ROBOT.accel_limits * dt + 1e-6)
+    assert res.min_clearance >= ROBOT.clearance - 1e-3
+    assert res.feasible
+
+
+def test_solution_respects_dynamics_bounds_and_clearance(mpc):
+    field = wall_field()
+    state, velocity = np.array([-1.0, 0.05, 0.0]), np.array([0.3, 0.0])
+    res = mpc.solve(field, state, velocity, np.array([1.2, 0.0, 0.0]))
+    check_solution(res, state, velocity)
+    assert res.start == "cold" and res.iterations <= mpc.config.max_iter
+    # the robot actually makes progress towards the goal
+    assert np.hypot(*(res.states[-1, :2] - [1.2, 0.0])) < np.hypot(*(state[:2] - [1.2, 0.0]))
+
+
+def test_nlp_clearance_is_the_spline_of_the_field(mpc):
+    """The clearance rows of g are the bicubic spline of the ESDF at the knots (map enters as a parameter)."""
+    import casadi as ca
+
+    field = wall_field(origin=(3.0, -1.0, 0.3))
+    rng = np.random.default_rng(0)
+    n = mpc.config.N
+    g = ca.Function("g", [mpc._nlp["x"], mpc._nlp["p"]], [mpc._nlp["g"]])
+    states = np.column_stack([rng.uniform(3.5, 5.5, n + 1), rng.uniform(-0.5, 2.0, n + 1), rng.uniform(-3, 3, n + 1)])
+    z = np.concatenate([states.ravel(), np.zeros(2 * n)])
+    ox, oy, yaw = field.grid.origin
+    head = np.concatenate(
+        [np.zeros(2), np.zeros(3), [0.0], np.zeros(2 * n), [ox, oy, math.cos(yaw), math.sin(yaw), 1 / 0.05]]
+    )
+    p = np.concatenate([head, field.spline_coefficients(SPLINE_PAD).ravel()])
+    clr = np.asarray(g(z, p)).ravel()[-n:]
+    np.testing.assert_allclose(clr, field.spline_distance(states[1:, :2]), atol=1e-9)
+
+
+def test_receding_horizon_collision_free_on_generated_worlds(mpc):
+    from mnemo_mpc.planning.worlds import WorldConfig, generate_world
+
+    cfg = mpc.config
+    for seed, kind in [(1, "corridor"), (2, "doors"), (3, "clutter"), (4, "rooms")]:
+        world = generate_world(seed, WorldConfig(), kind=kind)
+        path = plan_global_path(world.grid, world.start[:2], world.goal[:2], ROBOT)
+        state, velocity, prev, progress = world.start.copy(), np.zeros(2), None, 0
+        for _ in range(8):
+            field = DistanceField(world.grid.window(state[:2], SHAPE))
+            ref = local_reference(path, state, cfg.N, cfg.dt, 0.4, world.goal[2], progress)
+            progress = ref.progress
+            res = mpc.solve(field, state, velocity, ref.goal, ref.points, warm_start=prev and prev.shifted())
+            if not res.success:
+                res = mpc.solve(field, state, velocity, ref.goal, ref.points, max_iter=50)
+            check_solution(res, state, velocity)
+            # independent of the window: the plan is clear on the full map too
+            full = DistanceField(world.grid)
+            assert full.min_clearance(ROBOT.densify(res.states, res.controls, cfg.dt, 10)) >= ROBOT.clearance - 1e-3
+            prev, velocity = res, res.controls[0].copy()
+            state = ROBOT.step(state, velocity, cfg.dt)
+
+
+def test_warm_start_uses_fewer_iterations_than_cold(mpc):
+    field = wall_field()
+    goal = np.array([1.2, 0.0, 0.0])
+    state, velocity = np.array([-1.0, 0.05, 0.0]), np.zeros(2)
+    res = mpc.solve(field, state, velocity, goal)
+    cold_its, warm_its = [], []
+    for _ in range(5):
+        velocity = res.controls[0].copy()
+        state = ROBOT.step(state, velocity, mpc.config.dt)
+        warm = mpc.solve(field, state, velocity, goal, warm_start=res.shifted())
+        cold = mpc.solve(field, state, velocity, goal)
+        assert warm.start == "warm" and cold.start == "cold"
+        check_solution(warm, state, velocity)
+        cold_its.append(cold.iterations)
+        warm_its.append(warm.iterations)
+        res = warm
+    assert np.mean(warm_its) < np.mean(cold_its)
+    assert max(warm_its) <= 3
+
+
+def test_failed_solve_reports_failure_without_nan(mpc):
+    field = wall_field()
+    res = mpc.solve(field, np.array([-1.0, 0.0, math.pi]), np.zeros(2), np.array([1.2, 0.0, 0.0]), max_iter=1)
+    assert not res.success and res.status
+    assert np.all(np.isfinite(res.states)) and np.all(np.isfinite(res.controls))
+    assert math.isfinite(res.max_dynamics_violation) and math.isfinite(res.min_clearance)
+
+
+def test_fallback_ipopt_rescues_a_capped_sqp():
+    mpc = SQPMPC(ROBOT, MPCConfig(max_iter=1, fallback="ipopt"), SHAPE)
+    state = np.array([-1.0, 0.0, 0.0])
+    res = mpc.solve(wall_field(), state, np.zeros(2), np.array([1.2, 0.1, 0.0]))
+    assert res.used_fallback and res.success
+    check_solution(res, state, np.zeros(2))
+
+
+def test_shifted_warm_start_layout(mpc):
+    field = wall_field()
+    res = mpc.solve(field, np.array([-1.0, 0.0, 0.0]), np.zeros(2), np.array([1.2, 0.0, 0.0]))
+    ws = res.shifted()
+    n = mpc.config.N
+    assert ws.states.shape == (n + 1, 3) and ws.controls.shape == (n, 2)
+    np.testing.assert_allclose(ws.states[:-1], res.states[1:])
+    np.testing.assert_allclose(ws.controls[:-1], res.controls[1:])
+    np.testing.assert_allclose(ws.states[-1], ROBOT.step(res.states[-1], res.controls[-1], mpc.config.dt))
+    assert ws.lam_g.shape == res.duals["lam_g"].shape and ws.lam_x.shape == res.duals["lam_x"].shape
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"state": [np.nan, 0.0, 0.0]}, InputError, "state"),
+        ({"state": [0.0, np.inf, 0.0]}, InputError, "state"),
+        ({"goal": [1.0, np.nan, 0.0]}, InputError, "goal"),
+        ({"goal": [np.inf, 0.0, 0.0]}, InputError, "goal"),
+        ({"velocity": [np.nan, 0.0]}, InputError, "velocity"),
+        ({"state": [0.0, 0.0]}, InputError, "state"),
+        ({"state": [0.55, 0.0, 0.0]}, InfeasibleProblemError, "collision"),
+        ({"goal": [0.55, 0.0, 0.0]}, InfeasibleProblemError, "occupied"),
+        ({"goal": [-1.5, -1.5, 0.0]}, InfeasibleProblemError, "unknown"),
+        ({"reference": np.zeros((5, 2))}, InputError, "reference"),
+        ({"warm_start": WarmStart(np.zeros((3, 3)), np.zeros((2, 2)))}, InputError, "warm_start"),
+    ],
+)
+def test_bad_input_raises(mpc, kwargs, error, match):
+    field = wall_field()
+    data = field.grid.data.copy()
+    data[8:12, 8:12] = -1  # unknown patch around (-1.5, -1.5)
+    field = DistanceField(OccupancyGrid(data, 0.05, field.grid.origin))
+    args = {"state": [-1.0, 0.0, 0.0], "velocity": [0.0, 0.0], "goal": [1.2, 0.0, 0.0]}
+    args.update(kwargs)
+    with pytest.raises(error, match=match):
+        mpc.solve(field, **args)
+
+
+def test_wrong_field_shape_is_rejected(mpc):
+    small = DistanceField(OccupancyGrid(np.zeros((40, 40), np.int8), 0.05))
+    with pytest.raises(InputError, match="shape"):
+        mpc.solve(small, np.array([1.0, 1.0, 0.0]), np.zeros(2), np.array([1.5, 1.0, 0.0]))
+
+
+def test_config_validation():
+    with pytest.raises(InputError, match="qpsol"):
+        MPCConfig(qpsol="nope")
+    with pytest.raises(InputError, match="fallback"):
+        MPCConfig(fallback="snopt")
+    with pytest.raises(InputError):
+        MPCConfig(dt=0.0)
