@@ -120,15 +120,23 @@ class SQPStepDataset(_TorchDataset):
     def _small_arrays(self, wid: int) -> dict[str, np.ndarray]:
         small = self._small.get(wid)
         if small is None:
-            g = self._group(wid)
-            small = {f: g[f][:] for f in self.fields if f != "grid"}
-            small["step"] = g["step"][:]
-            self._small[wid] = small
-            while len(self._small) > self.cache_worlds:
-                self._small.popitem(last=False)
+            self._load_small([wid])
+            small = self._small[wid]
         else:
             self._small.move_to_end(wid)
         return small
+
+    def _load_small(self, wids: list[int]) -> None:
+        """Read the per-step vectors of several worlds in one concurrent zarr round trip."""
+        names = [f for f in self.fields if f != "grid"] + ["step"]
+        keys = [(w, f) for w in wids for f in names]
+        values = _gather([self._group(w)[f].async_array.getitem(slice(None)) for w, f in keys])
+        for w in wids:
+            self._small[w] = {}
+        for (w, f), v in zip(keys, values, strict=True):
+            self._small[w][f] = np.asarray(v)
+        while len(self._small) > max(self.cache_worlds, len(wids)):
+            self._small.popitem(last=False)
 
     def _item(self, wid: int, row: int, grid: np.ndarray | None) -> dict[str, Any]:
         import torch
@@ -162,14 +170,42 @@ class SQPStepDataset(_TorchDataset):
         idx = np.asarray([self._check_index(int(i)) for i in indices], dtype=np.int64)
         out: list[dict[str, Any] | None] = [None] * len(idx)
         worlds = self._world[idx]
-        for wid in np.unique(worlds):
+        uniq_worlds = [int(w) for w in np.unique(worlds)]
+        missing = [w for w in uniq_worlds if w not in self._small]
+        if missing:
+            self._load_small(missing)
+        grids_by_world: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        if "grid" in self.fields:
+            plan = []
+            for wid in uniq_worlds:
+                uniq, inv = np.unique(self._row[idx[worlds == wid]], return_inverse=True)
+                plan.append((wid, uniq, inv))
+            reads = _gather(
+                [
+                    self._group(w)["grid"].async_array.get_orthogonal_selection((u, slice(None), slice(None)))
+                    for w, u, _ in plan
+                ]
+            )
+            grids_by_world = {w: (np.asarray(g), inv) for (w, _, inv), g in zip(plan, reads, strict=True)}
+        for wid in uniq_worlds:
             pos = np.flatnonzero(worlds == wid)
             rows = self._row[idx[pos]]
-            grids = None
-            if "grid" in self.fields:
-                uniq, inv = np.unique(rows, return_inverse=True)
-                grids = self._group(int(wid))["grid"].get_orthogonal_selection((uniq, slice(None), slice(None)))
-                grids = grids[inv]
             for k, (p, r) in enumerate(zip(pos, rows, strict=True)):
-                out[p] = self._item(int(wid), int(r), None if grids is None else grids[k])
+                grid = None
+                if wid in grids_by_world:
+                    g, inv = grids_by_world[wid]
+                    grid = g[inv[k]]
+                out[p] = self._item(wid, int(r), grid)
         return out  # type: ignore[return-value]
+
+
+def _gather(coros: list[Any]) -> list[Any]:
+    """Run zarr async reads concurrently on zarr's own event loop: one round trip instead of one per array."""
+    import asyncio
+
+    from zarr.core.sync import sync
+
+    async def run() -> list[Any]:
+        return list(await asyncio.gather(*coros))
+
+    return sync(run())
