@@ -198,7 +198,7 @@ def plot_log_loss(path: Path, panels: dict[str, dict[str, dict]], suptitle: str,
     import matplotlib.pyplot as plt
 
     k = len(panels)
-    fig, axes = plt.subplots(1, k, figsize=(5.2 * k, 4.4), squeeze=False)
+    fig, axes = plt.subplots(1, k, figsize=(max(5.2 * k, 7.5), 4.6), squeeze=False)
     for ax, (title, stats) in zip(axes[0], panels.items(), strict=True):
         for name, st in stats.items():
             xs = list(range(1, len(st["mean"]) + 1))
@@ -213,7 +213,7 @@ def plot_log_loss(path: Path, panels: dict[str, dict[str, dict]], suptitle: str,
         ax.set_xticks(xs)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(suptitle)
+    fig.suptitle(suptitle, fontsize=10)
     fig.text(0.5, 0.005, "paper: " + expectation, ha="center", va="bottom", fontsize=8, wrap=True)
     fig.tight_layout(rect=(0, 0.06, 1, 0.95))
     path = Path(path)
