@@ -213,3 +213,21 @@ def test_inconsistent_record_is_rejected(tmp_path):
     rec.steps["expert_states"][2, 0, 0] = np.nan
     with pytest.raises(DatasetError, match="NaN"):
         write_world(tmp_path, rec)
+
+
+def test_optional_reference_field(tmp_path):
+    root = tmp_path / "ds"
+    store = DatasetStore.create_or_resume(root, CONFIG)
+    with_ref = synthetic_record(0, 4)
+    with_ref.steps["reference"] = np.random.default_rng(0).normal(size=(4, N + 1, 2))
+    store.record_world(write_world(root, with_ref))
+    store.record_world(write_world(root, synthetic_record(1, 4)))  # an older world without it
+    ds = SQPStepDataset(root, split="all", only_converged=False, fields=("grid", "reference"))
+    item = ds[0]
+    np.testing.assert_allclose(item["reference"].numpy(), with_ref.steps["reference"][0], rtol=1e-6)
+    with pytest.raises(DatasetError, match="no field"):
+        ds[len(ds) - 1]
+    bad = synthetic_record(2, 4)
+    bad.steps["reference"] = np.zeros((4, N, 2))
+    with pytest.raises(DatasetError, match="reference"):
+        write_world(tmp_path / "other", bad)

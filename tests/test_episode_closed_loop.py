@@ -51,6 +51,7 @@ def test_episode_reaches_goal_without_collision(sim, controller, tmp_path):
     rec = res.record
     assert rec["grid"].shape[1:] == (120, 120)
     assert rec["expert_states"].shape[1:] == (controller.mpc_config.N + 1, 3)
+    assert rec["reference"].shape[1:] == (controller.mpc_config.N + 1, 2)
     # The expert trajectory starts at the recorded pose and obeys the dynamics.
     np.testing.assert_allclose(rec["expert_states"][:, 0], rec["pose"], atol=1e-5)
     ok = rec["expert_success"]

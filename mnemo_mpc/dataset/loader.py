@@ -129,6 +129,12 @@ class SQPStepDataset(_TorchDataset):
     def _load_small(self, wids: list[int]) -> None:
         """Read the per-step vectors of several worlds in one concurrent zarr round trip."""
         names = [f for f in self.fields if f != "grid"] + ["step"]
+        for w in wids:
+            absent = sorted(set(names) - set(self._group(w).array_keys()))
+            if absent:
+                raise DatasetError(
+                    f"{self.store.root}: world {w} has no field(s) {absent} (collected by an older version)"
+                )
         keys = [(w, f) for w in wids for f in names]
         values = _gather([self._group(w)[f].async_array.getitem(slice(None)) for w, f in keys])
         for w in wids:

@@ -69,6 +69,12 @@ STEP_FIELDS: dict[str, tuple[str, tuple[Any, ...]]] = {
     "mpc_success": ("bool", ()),
     "command": ("float64", (2,)),  # the checked (v, w) actually sent
 }
+# Fields a world may lack (added after the first stores were collected); present in every world a current
+# collector writes. `reference` (the MPC's tracking points, knots 0..N) makes each step's problem exactly re-solvable.
+OPTIONAL_STEP_FIELDS: dict[str, tuple[str, tuple[Any, ...]]] = {
+    "reference": ("float32", ("N1", 2)),
+}
+ALL_STEP_FIELDS = {**STEP_FIELDS, **OPTIONAL_STEP_FIELDS}
 
 
 @dataclass
@@ -107,12 +113,13 @@ def _check_record(record: WorldRecord) -> dict[str, np.ndarray]:
     if record.status not in WORLD_STATUSES:
         raise DatasetError(f"world {record.world_id}: status must be one of {WORLD_STATUSES}, got {record.status!r}")
     missing = sorted(set(STEP_FIELDS) - set(record.steps))
-    extra = sorted(set(record.steps) - set(STEP_FIELDS))
+    extra = sorted(set(record.steps) - set(ALL_STEP_FIELDS))
     if missing or extra:
         raise DatasetError(f"world {record.world_id}: step fields missing {missing}, unexpected {extra}")
     names: list[str] = list(record.info.get("status_names", []))
     arrays: dict[str, np.ndarray] = {}
-    for name, (dtype, _) in STEP_FIELDS.items():
+    fields = {n: spec for n, spec in ALL_STEP_FIELDS.items() if n in record.steps}
+    for name, (dtype, _) in fields.items():
         value = record.steps[name]
         if name in ("expert_status", "mpc_status"):
             arrays[name] = _encode_status(value, names)
@@ -132,7 +139,7 @@ def _check_record(record: WorldRecord) -> dict[str, np.ndarray]:
             "N1": arrays["expert_states"].shape[1] if arrays["expert_states"].ndim == 3 else None,
             "N": arrays["expert_controls"].shape[1] if arrays["expert_controls"].ndim == 3 else None,
         }
-        for name, (_, trailing) in STEP_FIELDS.items():
+        for name, (_, trailing) in fields.items():
             want = tuple(sym.get(t, t) if isinstance(t, str) else t for t in trailing)
             if arrays[name].shape[1:] != want:
                 raise DatasetError(
@@ -381,7 +388,8 @@ class DatasetStore:
         try:
             group = zarr.open_group(path, mode="r", zarr_format=3)
             steps = int(group.attrs["steps"])
-            lengths = {name: group[name].shape[0] for name in STEP_FIELDS}
+            present = set(group.array_keys())
+            lengths = {name: group[name].shape[0] for name in ALL_STEP_FIELDS if name in STEP_FIELDS or name in present}
         except DatasetError:
             raise
         except Exception as exc:  # zarr raises a variety of errors for damaged groups

@@ -242,16 +242,17 @@ def _record_step(
         "mpc_status": plan.status if plan is not None else (out.solve_error or "not solved"),
         "mpc_success": bool(plan is not None and plan.success),
         "command": out.command,
+        "reference": out.reference if out.reference is not None else np.tile(out.subgoal[:2], (n + 1, 1)),
     }
     for key, value in row.items():
         rec.setdefault(key, []).append(np.array(value, copy=True) if isinstance(value, np.ndarray) else value)
 
 
 def _stack_record(rec: dict[str, list[Any]], grid_shape: tuple[int, int], n: int) -> dict[str, Any]:
-    from mnemo_mpc.dataset.store import STEP_FIELDS
+    from mnemo_mpc.dataset.store import ALL_STEP_FIELDS
 
     out: dict[str, Any] = {}
-    for name, (dtype, trailing) in STEP_FIELDS.items():
+    for name, (dtype, trailing) in ALL_STEP_FIELDS.items():
         values = rec.get(name, [])
         if name in ("expert_status", "mpc_status"):
             out[name] = [str(v) for v in values]
