@@ -10,19 +10,20 @@ robot drives a seeded number of steps from the world's start, so the recorded st
 
 from __future__ import annotations
 
+import argparse
 import logging
 import platform
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from mnemo_mpc.errors import InputError, MnemoError
 
-from mnemo_mpc.errors import MnemoError
-from mnemo_mpc.planning.esdf import DistanceField
-from mnemo_mpc.planning.global_path import local_reference, plan_global_path
-from mnemo_mpc.planning.mpc import SQPMPC, MPCConfig, PlanResult
-from mnemo_mpc.planning.robot import RobotModel
+if TYPE_CHECKING:  # the CLI imports this module to declare flags; numpy/scipy/CasADi load when it runs
+    import numpy as np
+
+    from mnemo_mpc.planning.mpc import SQPMPC, MPCConfig, PlanResult
+    from mnemo_mpc.planning.robot import RobotModel
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +43,54 @@ class SQPBenchConfig:
     # starts at rest at the world's start pose and records `steps` steps after a pre-roll of U{0..preroll_max} steps.
     preroll_max: int = 60
     clock: str = "wall"  # "wall" (time_s) or "cpu" (process time: a shared machine inflates wall time)
-    mpc: MPCConfig = field(default_factory=lambda: MPCConfig(fallback=None))
-    robot: RobotModel = field(default_factory=RobotModel)
+    # The SQP alone is measured: no IPOPT fallback.
+    mpc: MPCConfig = field(default_factory=lambda: _mpc_config(fallback=None))
+    robot: RobotModel = field(default_factory=lambda: _robot_model())
+
+
+def _mpc_config(**kw: Any) -> MPCConfig:
+    from mnemo_mpc.planning.mpc import MPCConfig
+
+    return MPCConfig(**kw)
+
+
+def _robot_model() -> RobotModel:
+    from mnemo_mpc.planning.robot import RobotModel
+
+    return RobotModel()
 
 
 def quick_config() -> SQPBenchConfig:
     return SQPBenchConfig(problems=30)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="30 problems instead of 200")
+    parser.add_argument("--problems", type=int, default=None, help="number of problems (overrides --quick)")
+    parser.add_argument("--steps", type=int, default=None, help="recorded receding-horizon steps per problem")
+    parser.add_argument("--seed", type=int, default=0, help="suite seed (world seeds are seed + i)")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="time_ms clock")
+    parser.add_argument("--max-iter", type=int, default=None, help="SQP iteration cap (default: MPCConfig)")
+    parser.add_argument("--qpsol", default=None, help="QP solver for sqpmethod (default: MPCConfig)")
+
+
+def config_from_args(args: argparse.Namespace) -> SQPBenchConfig:
+    from dataclasses import replace
+
+    cfg = quick_config() if args.quick else SQPBenchConfig()
+    mpc = cfg.mpc
+    if args.max_iter is not None:
+        mpc = replace(mpc, max_iter=args.max_iter)
+    if args.qpsol is not None:
+        mpc = replace(mpc, qpsol=args.qpsol)
+    cfg = replace(cfg, seed=args.seed, clock=args.clock, mpc=mpc)
+    if args.problems is not None:
+        cfg = replace(cfg, problems=args.problems)
+    if args.steps is not None:
+        cfg = replace(cfg, steps=args.steps)
+    if cfg.problems < 1 or cfg.steps < 1:
+        raise InputError(f"bench sqp: --problems and --steps must be >= 1, got {cfg.problems}, {cfg.steps}")
+    return cfg
 
 
 @dataclass
@@ -60,6 +103,9 @@ class Problem:
 def make_problems(cfg: SQPBenchConfig) -> list[Problem]:
     """The fixed suite: problem i is world seed `cfg.seed + i` of kind `kinds[i % len(kinds)]`, its global path, and
     a pre-roll length drawn from the seed (0 = the recorded steps start at rest at the world's start pose)."""
+    import numpy as np
+
+    from mnemo_mpc.planning.global_path import plan_global_path
     from mnemo_mpc.planning.worlds import WorldConfig, generate_world
 
     robot = cfg.robot
@@ -80,6 +126,11 @@ def run_problem(mpc: SQPMPC, cfg: SQPBenchConfig, problem: Problem) -> dict[str,
     At each recorded step both starts solve the same problem (state, velocity, window, reference). The robot applies
     u_0 of the shifted solve when it succeeded, else of the cold solve; a step where both fail ends the problem.
     """
+    import numpy as np
+
+    from mnemo_mpc.planning.esdf import DistanceField
+    from mnemo_mpc.planning.global_path import local_reference
+
     robot, mcfg = cfg.robot, cfg.mpc
     world = problem.world
     state, velocity, progress = np.asarray(world.start, dtype=float).copy(), np.zeros(2), 0
@@ -114,6 +165,8 @@ def run_problem(mpc: SQPMPC, cfg: SQPBenchConfig, problem: Problem) -> dict[str,
 
 def summarize(results: list[PlanResult], clock: str = "wall") -> dict:
     """The benchmark's per-mode statistics M (see the issue): iterations, times, success and feasibility rates."""
+    import numpy as np
+
     if not results:
         raise MnemoError("bench sqp: no solves recorded for a mode")
     it = np.array([r.iterations for r in results], dtype=float)
@@ -141,6 +194,8 @@ def summarize(results: list[PlanResult], clock: str = "wall") -> dict:
 def run(cfg: SQPBenchConfig, progress: bool = True) -> dict:
     import casadi
     from tqdm import tqdm
+
+    from mnemo_mpc.planning.mpc import SQPMPC
 
     mpc = SQPMPC(cfg.robot, cfg.mpc, cfg.window)
     problems = make_problems(cfg)

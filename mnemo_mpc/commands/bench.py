@@ -1,0 +1,41 @@
+"""`mnemo-mpc bench <name>`: benchmarks that write one JSON file.
+
+Each benchmark is a module in `mnemo_mpc.bench` registered in `BENCHMARKS` with a one-line help. The module provides
+`add_arguments(parser)` (its own flags), `config_from_args(args)` and `run(config) -> dict`; this command adds the
+shared `--out`, runs it and writes the JSON atomically. Adding a benchmark = one module + one line here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "sqp": ("mnemo_mpc.bench.sqp", "SQP MPC iterations/time, cold vs shifted warm start, on a seeded problem suite"),
+}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("bench", help="run a benchmark and write its JSON")
+    sub = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
+    for name, (module_name, help_text) in BENCHMARKS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--out", required=True, help="output JSON file")
+        p.add_argument("--no-progress", action="store_true", help="no progress bar")
+        # Flags are declared by the benchmark module; import it only when it is the chosen one would need lazy
+        # argparse, so the modules keep `add_arguments` free of heavy imports instead.
+        importlib.import_module(module_name).add_arguments(p)
+        p.set_defaults(func=handler, bench_module=module_name)
+
+
+def handler(args: argparse.Namespace) -> int:
+    from mnemo_mpc.atomic import atomic_write_json
+
+    module = importlib.import_module(args.bench_module)
+    config = module.config_from_args(args)
+    result = module.run(config, progress=not args.no_progress)
+    atomic_write_json(args.out, result)
+    print(json.dumps(result.get("modes", result), indent=2))
+    print(f"wrote {args.out}")
+    return 0
