@@ -24,7 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def handler(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from mnemo_mpc.dataset.collect import CollectConfig, collect, world_throughput
+    from mnemo_mpc.dataset.collect import CollectConfig, collect
+    from mnemo_mpc.dataset.stats import world_throughput
     from mnemo_mpc.dataset.store import DatasetStore
     from mnemo_mpc.planning.worlds import WorldConfig
 

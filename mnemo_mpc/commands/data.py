@@ -33,4 +33,5 @@ def handler(args: argparse.Namespace) -> int:
     print(f"expert time ms   {stats['expert_time_ms']}")
     print(f"mpc iters        {stats['mpc_iterations']}")
     print(f"mpc time ms      {stats['mpc_time_ms']}")
+    print(f"throughput       {stats['throughput']}")
     return 0

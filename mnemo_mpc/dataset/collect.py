@@ -25,8 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from mnemo_mpc.dataset.store import DatasetStore, WorldRecord, write_world
 from mnemo_mpc.errors import DatasetError, InputError
 from mnemo_mpc.nav.controller import ControllerConfig
@@ -120,7 +118,7 @@ def collect_world(root: str, world_id: int, config: CollectConfig) -> dict[str, 
     from mnemo_mpc.planning.worlds import generate_world
     from mnemo_mpc.sim.episode import run_episode
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     seed = world_seed(config.seed, world_id)
     kind = "unknown"
     try:
@@ -132,6 +130,7 @@ def collect_world(root: str, world_id: int, config: CollectConfig) -> dict[str, 
         )
         info = {k: v for k, v in result.metrics.items() if k not in ("world",)}
         info["wall_time_s"] = time.perf_counter() - t0
+        info["cpu_time_s"] = time.process_time() - c0
         record = WorldRecord(world_id, seed, kind, result.metrics["outcome"], result.record or {}, info)
     except Exception as exc:  # recorded, never dropped: the manifest counts "error" worlds
         log.warning("world %d (seed %d) failed: %s: %s", world_id, seed, type(exc).__name__, exc)
@@ -236,18 +235,4 @@ def collect(
         "wall_s": round(wall, 3),
         "examples_per_s": round(examples / wall, 3) if wall > 0 else None,
         "counts": store.manifest["counts"],
-    }
-
-
-def world_throughput(store: DatasetStore) -> dict[str, float | None]:
-    """Examples per second of one worker, from the worlds' own wall times (excludes pool start-up)."""
-    entries = [store.world_entry(w) for w in store.world_ids]
-    wall = np.array([e.get("wall_time_s", np.nan) for e in entries], dtype=float)
-    steps = np.array([e["steps"] for e in entries], dtype=float)
-    ok = np.isfinite(wall)
-    if not ok.any() or wall[ok].sum() <= 0:
-        return {"examples_per_s_per_worker": None, "mean_world_s": None}
-    return {
-        "examples_per_s_per_worker": round(float(steps[ok].sum() / wall[ok].sum()), 3),
-        "mean_world_s": round(float(wall[ok].mean()), 3),
     }

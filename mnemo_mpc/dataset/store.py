@@ -200,8 +200,9 @@ def write_world(root: str | os.PathLike[str], record: WorldRecord) -> dict[str, 
         "steps": n_steps,
         "expert_converged": int(np.count_nonzero(arrays["expert_success"])),
     }
-    if "wall_time_s" in record.info:
-        entry["wall_time_s"] = round(float(record.info["wall_time_s"]), 4)
+    for key in ("wall_time_s", "cpu_time_s"):
+        if key in record.info:
+            entry[key] = round(float(record.info[key]), 4)
     try:
         group = zarr.open_group(tmp, mode="w-", zarr_format=3)
         for name, a in arrays.items():
@@ -230,8 +231,9 @@ def read_world_entry(path: Path) -> dict[str, Any]:
     try:
         attrs = json.loads(meta.read_text())["attributes"]
         entry = {k: attrs[k] for k in ("world_id", "seed", "kind", "status", "steps", "expert_converged")}
-        if "wall_time_s" in attrs:
-            entry["wall_time_s"] = attrs["wall_time_s"]
+        for key in ("wall_time_s", "cpu_time_s"):
+            if key in attrs:
+                entry[key] = attrs[key]
         return entry
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise DatasetError(f"{meta}: unreadable world group metadata ({exc})") from exc
