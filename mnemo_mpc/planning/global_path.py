@@ -152,7 +152,7 @@ def _resample(pts: np.ndarray, spacing: float, sigma: float) -> np.ndarray:
         # Smoothing removes the 8-connected staircase; the ends are pinned to the true start and goal.
         sm = ndimage.gaussian_filter1d(out, sigma, axis=0, mode="nearest")
         sm[0], sm[-1] = out[0], out[-1]
-        out = sm
+        out = _resample(sm, spacing, 0.0)  # pinning the ends left uneven steps there
     return out
 
 
