@@ -182,3 +182,18 @@ def test_config_validation():
         MPCConfig(fallback="snopt")
     with pytest.raises(InputError):
         MPCConfig(dt=0.0)
+
+
+def test_rotated_window_and_hold_cold_start(mpc):
+    """The window's origin and rotation enter as parameters: a rotated grid needs no rebuild."""
+    yaw = 0.7
+    field = wall_field(origin=(0.5, -3.0, yaw))
+    c, s = math.cos(yaw), math.sin(yaw)
+    to_map = lambda u, v: np.array([0.5 + c * u - s * v, -3.0 + s * u + c * v])  # noqa: E731
+    start_xy, goal_xy = to_map(1.0, 2.0), to_map(3.2, 2.0)
+    state = np.array([*start_xy, yaw])
+    guess = mpc.cold_start(state)
+    assert np.all(guess.states == state) and np.all(guess.controls == 0.0)
+    res = mpc.solve(field, state, np.zeros(2), np.array([*goal_xy, yaw]))
+    check_solution(res, state, np.zeros(2))
+    assert np.hypot(*(res.states[-1, :2] - goal_xy)) < np.hypot(*(start_xy - goal_xy))
