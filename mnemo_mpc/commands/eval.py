@@ -166,7 +166,8 @@ def handler(args: argparse.Namespace) -> int:
     atomic_write_json(args.out, summary)
     print(
         f"{n} episodes: success_rate {summary['success_rate']:.3f}, collision_rate {summary['collision_rate']:.3f}, "
-        f"timeout_rate {summary['timeout_rate']:.3f}, mean time {summary['mean_time_s']} s; "
+        f"timeout_rate {summary['timeout_rate']:.3f}, mean time "
+        f"{'n/a' if summary['mean_time_s'] is None else format(summary['mean_time_s'], '.2f')} s; "
         f"iterations p50 {summary['step_iterations']['p50']} p95 {summary['step_iterations']['p95']}, "
         f"solve ms p50 {summary['step_solve_time_ms']['p50']} p95 {summary['step_solve_time_ms']['p95']}"
     )
