@@ -169,7 +169,7 @@ def test_induction_probes_read_the_construction(bigrams):
         a1.wk.copy_(e[q].T @ remapped[q])  # W_KQ^2 = sum_k tilde-e_k e_k^T
         a1.wo.copy_(u.T @ e @ torch.linalg.pinv(a1.wv))
     after = induction_probes(model, task.triggers, t)
-    assert after == {"wov2": 1.0, "wkq2": 1.0, "wkq2_triggers": 1.0, "wkq1": 1.0}
+    assert after == {"wov2": 1.0, "wkq2": 1.0, "wkq2_triggers": 1.0, "wkq1": 1.0, "wkq1_first_half": 1.0}
 
 
 def test_transformer_shapes_and_kq_ov_readouts():

@@ -82,13 +82,13 @@ class Config:
 def quick_config() -> Config:
     return Config(
         subjects=(8, 16),
-        mlp_widths=(2, 4, 8, 16, 32),
+        mlp_widths=(4, 16, 64),
         attn_heads=(1, 2, 4, 8),
-        steps=300,
+        steps=250,
         eval_every=25,
         dyn_subjects=16,
-        dyn_steps=300,
-        dyn_eval_every=15,
+        dyn_steps=250,
+        dyn_eval_every=25,
     )
 
 

@@ -190,7 +190,7 @@ def induction_probes(model, triggers: np.ndarray, seq_len: int, outputs: np.ndar
       key tilde-e_q highest. `wkq2` takes all N remapped tokens as candidate keys (any earlier token can sit before
       a position); `wkq2_triggers` takes only the K triggers as candidates, as in Birth's released probe;
     - W_KQ^1 vs sum_t p_t p_{t-1}^T: query p_t must score key p_{t-1} highest among the keys p_s, s <= t, that the
-      causal mask lets it see (t = 1..T-1).
+      causal mask lets it see (t = 1..T-1); `wkq1_first_half` restricts to t < T/2.
 
     The read-outs are argmax comparisons, so the 1/sqrt(d_h) score scale is irrelevant."""
     e, u = model.tok_emb, model.unembed
@@ -206,5 +206,9 @@ def induction_probes(model, triggers: np.ndarray, seq_len: int, outputs: np.ndar
     scores = (p @ model.w_kq(0).T @ p.T)[1:]  # (T-1, T): row t-1 holds query p_t against keys p_s
     causal = torch.ones(seq_len, seq_len, dtype=torch.bool).triu(1)[1:]
     scores = scores.masked_fill(causal, float("-inf"))
-    out["wkq1"] = (scores.argmax(-1) == torch.arange(seq_len - 1)).float().mean().item()
+    hit = (scores.argmax(-1) == torch.arange(seq_len - 1)).float()
+    out["wkq1"] = hit.mean().item()
+    # Late positions are rarely keys of a later induction query, so they get little gradient; Birth's released
+    # code also reports this probe on a prefix of the positions (wk0_64 of T = 256). Here: the first half.
+    out["wkq1_first_half"] = hit[: (seq_len - 1) // 2].mean().item()
     return out
