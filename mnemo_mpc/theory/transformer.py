@@ -36,6 +36,8 @@ class TransformerConfig:
     out_size: int = 0  # number of output classes u_y (0: vocab_size)
     freeze_embeddings: bool = True  # e_z, p_t, u_y fixed at N(0, 1/d) (seed 004: "fixed to random init")
     identity_query: bool = False  # W_Q = I, so W_KQ = W_K^T is the only key-query memory (Birth §4.2)
+    ov_init_scale: float = 1.0  # multiplies the initial W_V and W_O (small: the "W_OV ~ alpha" init of the
+    # factual-recall dynamics theorem, seed 004 "Training dynamics")
     scaled_scores: bool = True  # divide scores by sqrt(d_h); False: beta ∝ exp(x_s^T W_KQ x_t) as on the slides
     frozen: tuple[str, ...] = field(default_factory=tuple)  # parameters kept at init, e.g. "layers.0.attn.wv"
 
@@ -79,8 +81,9 @@ class Attention(nn.Module):
         inner, d = cfg.n_heads * cfg.d_head, cfg.dim
         self.wq = None if cfg.identity_query else nn.Parameter(_gaussian(inner, d, std=d**-0.5, generator=generator))
         self.wk = nn.Parameter(_gaussian(inner, d, std=d**-0.5, generator=generator))
-        self.wv = nn.Parameter(_gaussian(inner, d, std=d**-0.5, generator=generator))
-        self.wo = nn.Parameter(_gaussian(d, inner, std=inner**-0.5, generator=generator))
+        a = cfg.ov_init_scale
+        self.wv = nn.Parameter(_gaussian(inner, d, std=a * d**-0.5, generator=generator))
+        self.wo = nn.Parameter(_gaussian(d, inner, std=a * inner**-0.5, generator=generator))
 
     def forward(
         self, x: Tensor, last_only: bool = False, table: Tensor | None = None, tokens: Tensor | None = None
