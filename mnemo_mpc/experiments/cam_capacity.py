@@ -551,7 +551,7 @@ def _figures(cfg: Config, sign: dict, per_seed: dict, var: dict, ret: dict, ctx:
     plt.close(fig)
     names.append("variance_vs_r.png")
     # (c)
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = plt.subplots(figsize=(9.5, 4.4))
     ms = ret["M"]
     ax.plot(ms, ret["success"]["exponential"], "k-o", label="exact exponential memory (Eq. 10)")
     ax.plot(ms, ret["success"]["hopfield"], "k:s", label="Hopfield (Hebb)")
@@ -570,7 +570,7 @@ def _figures(cfg: Config, sign: dict, per_seed: dict, var: dict, ret: dict, ctx:
     ax.set_xlabel("number of stored memories M (count)")
     ax.set_ylabel("retrieval success rate (-)")
     ax.set_title(f"(c) exact recovery from ρN = {cfg.ret_radius} flips, N = {cfg.ret_dim}, β = 1")
-    ax.legend(fontsize=6, ncol=2)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(ctx.figure_path("retrieval_vs_M"), dpi=120)
     plt.close(fig)
