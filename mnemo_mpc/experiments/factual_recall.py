@@ -378,6 +378,7 @@ def _plot_capacity(cfg: Config, per_seed: dict[int, dict], ctx: RunContext) -> s
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     res = per_seed[min(per_seed)]["capacity"]
@@ -391,6 +392,7 @@ def _plot_capacity(cfg: Config, per_seed: dict[int, dict], ctx: RunContext) -> s
             )
         ax.axhline(cfg.acc_threshold, color="grey", ls=":", lw=1)
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # minor-tick labels overlap on short log ranges
         ax.set_xlabel("MLP parameters" if family == "attn_mlp" else "attention parameters")
         ax.set_ylabel("fact accuracy")
         ax.set_title(label)
@@ -405,6 +407,8 @@ def _plot_capacity(cfg: Config, per_seed: dict[int, dict], ctx: RunContext) -> s
             ax.plot(n, p[0] * n / n[0], "--", color=color, alpha=0.6, label=f"{family}: slope 1 (slides)")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("number of facts S*R")
     ax.set_ylabel(f"MLP / attention parameters needed for {cfg.acc_threshold:.0%}")
     ax.set_title("capacity ~ parameters")
