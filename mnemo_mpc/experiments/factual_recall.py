@@ -58,8 +58,9 @@ class Config:
     head_dim: int = 8
     mlp_heads: int = 4  # attention of the attention+MLP family: H d_h = d, W_V and W_O frozen
     mlp_in_std: float = 1.0  # unit-scale MLP pre-activations (see TransformerConfig.mlp_in_std)
-    mlp_widths: tuple[int, ...] = (2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
-    attn_heads: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+    # Factor-2 grids; the size needed is interpolated in log(parameters) between the last failure and first success.
+    mlp_widths: tuple[int, ...] = (2, 4, 8, 16, 32, 64, 128, 256)
+    attn_heads: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
     steps: int = 1500
     batch: int = 256
     lr: float = 1e-2
