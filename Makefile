@@ -18,7 +18,9 @@ demo: $(STAMP)
 	$(VENV)/bin/mnemo-mpc demo --out out/demo
 
 test: $(STAMP) lint
-	OMP_NUM_THREADS=2 $(PY) -m pytest -q
+	# One BLAS/torch thread per process: tiny ops gain nothing from threads, and oversubscription on a busy
+	# machine made single tests 20x slower.
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow

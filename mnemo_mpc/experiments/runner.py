@@ -72,6 +72,7 @@ def run_study(name: str, out_root: Path, mode: str = "quick", seeds: int | None 
     seed_dir = ctx.out_dir / "seeds"
     t0 = time.perf_counter()
     per_seed: dict[int, dict] = {}
+    seed_wall: dict[int, float] = {}  # compute time of each seed, also for seeds reused from an earlier run
     from tqdm import tqdm
 
     for seed in tqdm(range(cfg.seeds), desc=f"{name} [{mode}] seeds", unit="seed", leave=False):
@@ -80,6 +81,7 @@ def run_study(name: str, out_root: Path, mode: str = "quick", seeds: int | None 
             saved = json.loads(path.read_text())
             if saved.get("config_digest") == digest:
                 per_seed[seed] = saved["numbers"]
+                seed_wall[seed] = float(saved.get("wall_s", 0.0))
                 log.info("%s: seed %d reused from %s", name, seed, path)
                 continue
         s0 = time.perf_counter()
@@ -102,6 +104,8 @@ def run_study(name: str, out_root: Path, mode: str = "quick", seeds: int | None 
         "versions": versions(),
         "device": device,
         "wall_time_s": wall,
+        "seed_wall_time_s": seed_wall,
+        "this_run_wall_time_s": time.perf_counter() - t0,
         "numbers": summary.numbers,
         "claims": summary.claims,
         "claim_notes": summary.claim_notes,
