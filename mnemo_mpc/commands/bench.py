@@ -13,6 +13,7 @@ import json
 
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "sqp": ("mnemo_mpc.bench.sqp", "SQP MPC iterations/time, cold vs shifted warm start, on a seeded problem suite"),
+    "sim": ("mnemo_mpc.sim.bench", "simulator time per control step: physics, lidar, local-grid update"),
 }
 
 

@@ -1,6 +1,6 @@
 """Simulator timing benchmark: per control step, the physics substeps, the lidar scan and the local-grid update.
 
-    python -m mnemo_mpc.sim.bench --worlds 6 --steps 100 --out out/bench_sim.json
+    mnemo-mpc bench sim --worlds 6 --steps 100 --out out/bench_sim.json
 
 `step_cpu` is the process CPU time of a whole step: on a shared, oversubscribed machine the wall-clock figures include
 time spent preempted, the CPU figure does not. Drives a fixed smooth command pattern (collisions are irrelevant to
@@ -15,20 +15,44 @@ import dataclasses
 import logging
 import platform
 import time
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
-
-from mnemo_mpc.atomic import atomic_write_json
-from mnemo_mpc.planning.worlds import KINDS, WorldConfig, generate_world
-from mnemo_mpc.sim.lidar import LidarConfig
-from mnemo_mpc.sim.simulator import SimConfig, Simulator
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class SimBenchConfig:
+    worlds: int = 6
+    steps: int = 100
+    beams: int = 360
+    seed: int = 0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of `mnemo-mpc bench sim` (import-light: the simulator is imported only when run)."""
+    d = SimBenchConfig()
+    p.add_argument("--worlds", type=int, default=d.worlds, help="generated worlds (kinds cycled)")
+    p.add_argument("--steps", type=int, default=d.steps, help="control steps per world")
+    p.add_argument("--beams", type=int, default=d.beams, help="lidar beams")
+    p.add_argument("--seed", type=int, default=d.seed, help="first world seed")
+
+
+def config_from_args(args: argparse.Namespace) -> SimBenchConfig:
+    return SimBenchConfig(worlds=args.worlds, steps=args.steps, beams=args.beams, seed=args.seed)
+
+
+def run(config: SimBenchConfig, progress: bool = True) -> dict:
+    return run_benchmark(config.worlds, config.steps, config.beams, config.seed)
+
+
 def run_benchmark(worlds: int, steps: int, beams: int, seed: int = 0) -> dict:
     """Time `steps` control steps in each of `worlds` generated worlds (kinds cycled)."""
+    from mnemo_mpc.planning.worlds import KINDS, WorldConfig, generate_world
+    from mnemo_mpc.sim.lidar import LidarConfig
+    from mnemo_mpc.sim.simulator import SimConfig, Simulator
+
     cfg = SimConfig(lidar=LidarConfig(num_beams=beams))
     stages: dict[str, list[float]] = {
         "physics": [],
@@ -74,24 +98,3 @@ def run_benchmark(worlds: int, steps: int, beams: int, seed: int = 0) -> dict:
         "timing": summary,
         "machine": {"python": platform.python_version(), "processor": platform.processor(), "node": platform.node()},
     }
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--worlds", type=int, default=6)
-    ap.add_argument("--steps", type=int, default=100)
-    ap.add_argument("--beams", type=int, default=360)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=Path("out/bench_sim.json"))
-    args = ap.parse_args(argv)
-    result = run_benchmark(args.worlds, args.steps, args.beams, args.seed)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(args.out, result)
-    for name, s in result["timing"].items():
-        log.warning("%-10s median %7.2f ms  p95 %7.2f ms", name, s["median_ms"], s["p95_ms"])
-    return 0
-
-
-if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    raise SystemExit(main())
