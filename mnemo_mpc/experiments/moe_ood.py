@@ -54,6 +54,11 @@ UNIFORM, TTA, ROUTED = "MoE uniform gate", "MoE gate fitted at test time", "MoE 
 LTF_MOE, MEM_MOE, MEM_MOE_TTA = "3-head LTF MoE", "3-head Memformer MoE", "3-head Memformer MoE + test-time Γ"
 
 
+# A gate that has saturated onto one head reproduces it up to float32 round-off (~1e-7 nats): such a tie is "no
+# worse". This is a numerical tolerance, 3 orders of magnitude below any loss difference the study reports.
+TIE = 1e-4
+
+
 def expert_name(v: float) -> str:
     return f"expert ν={v:g}"
 
@@ -204,7 +209,7 @@ def summarize(cfg: Config, per_seed: dict[int, dict], ctx: RunContext) -> Summar
         "moe_beats_single_head_ood": avg(TTA) < avg(SINGLE),
         "moe_beats_pooled_single_head_ood": avg(TTA) < avg(POOLED),
         "prompt_gate_beats_single_head_ood": avg(ROUTED) < avg(SINGLE),
-        "moe_no_worse_than_best_expert_every_variance": all(final[v][TTA] <= best_expert[v] for v in final),
+        "moe_no_worse_than_best_expert_every_variance": all(final[v][TTA] <= best_expert[v] + TIE for v in final),
         "ltf_moe_beats_memformer_moe_gmm": common.mean_below(gmm, LTF_MOE, MEM_MOE, [L]),
         "test_time_gamma_improves_memformer_moe_gmm": common.mean_below(gmm, MEM_MOE_TTA, MEM_MOE, [L]),
     }
@@ -221,7 +226,9 @@ def summarize(cfg: Config, per_seed: dict[int, dict], ctx: RunContext) -> Summar
         "prompt_gate_beats_single_head_ood": f"prompt-conditioned gate (no test-time fitting) {avg(ROUTED):+.3f} vs "
         f"{avg(SINGLE):+.3f}; per ν: {per_v(ROUTED)}",
         "moe_no_worse_than_best_expert_every_variance": "Thm 4.1: a gate can always pick the best head; MoE minus best "
-        "expert per ν: " + ", ".join(f"ν={v}: {final[v][TTA] - best_expert[v]:+.3f}" for v in final),
+        "expert per ν: "
+        + ", ".join(f"ν={v}: {final[v][TTA] - best_expert[v]:+.2g}" for v in final)
+        + f" (a saturated softmax reproduces the best head up to float32 round-off, hence ties within {TIE:g} nats)",
         "ltf_moe_beats_memformer_moe_gmm": f"seed 001 Fig. 9 vs 10 (the paper's observation): at L={L} LTF MoE "
         f"{gmm[LTF_MOE]['mean'][-1]:+.3f} vs Memformer MoE {gmm[MEM_MOE]['mean'][-1]:+.3f}",
         "test_time_gamma_improves_memformer_moe_gmm": f"Fig. 10: with Γ also trained at test time "
