@@ -13,7 +13,6 @@ topics that `help()` shows), all topics joined in sorted-key order, restricted t
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,8 +20,7 @@ import torch
 from torch import Tensor
 
 from mnemo_mpc.errors import InputError
-
-log = logging.getLogger(__name__)
+from mnemo_mpc.theory.transformer import Transformer
 
 TEXT_SOURCE = "CPython stdlib pydoc_data.topics.topics (help() topics, sorted keys, joined by blank lines, ASCII only)"
 
@@ -180,7 +178,9 @@ def memory_recall(w_hat: Tensor, inputs: Tensor, outputs: Tensor, targets: Tenso
 
 
 @torch.no_grad()
-def induction_probes(model, triggers: np.ndarray, seq_len: int, outputs: np.ndarray | None = None) -> dict[str, float]:
+def induction_probes(
+    model: Transformer, triggers: np.ndarray, seq_len: int, outputs: np.ndarray | None = None
+) -> dict[str, float]:
     """The three probes of the induction-head construction (seed 004, slide "Induction head with associative
     memories") on a 2-layer `mnemo_mpc.theory.transformer.Transformer`, head 0 of each layer:
 

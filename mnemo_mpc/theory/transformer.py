@@ -185,7 +185,9 @@ class Transformer(nn.Module):
             x = x + self.pos_emb[: tokens.shape[1]]
         return x
 
-    def forward(self, tokens: Tensor, last_only: bool = False, return_attn: bool = False):
+    def forward(
+        self, tokens: Tensor, last_only: bool = False, return_attn: bool = False
+    ) -> Tensor | tuple[Tensor, list[Tensor]]:
         if last_only and self.cfg.n_layers != 1:
             raise InputError("last_only=True needs a 1-layer model (deeper layers need every position)")
         x = self.embed(tokens)
