@@ -129,6 +129,20 @@ def test_prop2_per_layer_sharing_is_an_lfom_with_layer_independent_weights(batch
         assert (query_prediction(Z) - preds[layer]).abs().max() < TOL
 
 
+def test_per_lag_lfom_memformer_is_momentum_and_starts_as_the_transformer(batch):
+    L, eta, beta = 4, 0.3, 0.8
+    mem = LFOMMemformer(5, 20, L, gamma_sharing="per_lag", gamma_form="scalar", dtype=F64)
+    tf = LinearTransformer(5, L, dtype=F64)
+    with torch.no_grad():
+        tf.A.normal_(0, 0.3, generator=seed_generator(17))
+    mem.set_preconditioners(tf.A.detach())
+    assert torch.allclose(mem(batch.Z0), tf(batch.Z0), atol=TOL, rtol=0)
+    mem.set_preconditioners(torch.eye(5, dtype=F64).expand(L, 5, 5))
+    mem.set_gamma(eta * beta ** torch.arange(L, dtype=F64))
+    iterates = C.momentum_gd(batch.X, batch.y, L, eta=eta, beta=beta, objective="mean")
+    assert (query_prediction(mem(batch.Z0)) - _predict(iterates, batch.x_query)[L]).abs().max() < TOL
+
+
 def test_general_lfom_memformer_starts_as_the_linear_transformer(batch):
     g = seed_generator(11)
     tf = LinearTransformer(5, 3, dtype=F64)

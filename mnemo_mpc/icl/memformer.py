@@ -7,9 +7,15 @@
 - `LFOMMemformer` (Proposition 2, Eq. 19–20): one register per layer, R_ℓ = Attn_ℓ(Z_ℓ),
   Z_{ℓ+1} = Z_ℓ + (1/n) Σ_{j≤ℓ} Γ_j^ℓ ⊙ R_j with Γ_j^ℓ ∈ R^{(d+1)×(n+1)} (Hadamard). The paper's experiments use
   Γ_j^ℓ = Γ_j (``gamma_sharing="per_layer"``); ``"general"`` keeps every Γ_j^ℓ, which is what an arbitrary LFOM
-  (Eq. 16, e.g. heavy-ball momentum with Γ_j^ℓ = ηβ^{ℓ−j}) needs. ``gamma_form="scalar"`` restricts each Γ to a
-  multiple of the all-ones matrix ("Γ_ℓ restricted to scalar multiples of the identity", §4 Fig. 4, §5 Fig. 5).
-  With ``parameterization="gdpp"`` it is the LFOM Memformer with GD++ of Fig. 3.
+  (Eq. 16, e.g. heavy-ball momentum with Γ_j^ℓ = ηβ^{ℓ−j}) needs; ``"per_lag"`` (Γ_j^ℓ = Γ_{ℓ−j}, our addition,
+  not the paper's) is the stationary middle ground: momentum is in it and it starts exactly at the transformer.
+  ``gamma_form="scalar"`` restricts each Γ to a multiple of the all-ones matrix ("Γ_ℓ restricted to scalar
+  multiples of the identity", §4 Fig. 4, §5 Fig. 5). With ``parameterization="gdpp"`` it is the LFOM Memformer with
+  GD++ of Fig. 3.
+
+  Note on "per_layer": the step w_{ℓ+1} − w_ℓ = −Σ_{j≤ℓ} Γ_j A_j ∇R(w_j) re-applies every old register at every
+  later layer, so with scalar Γ it cannot express even the 2-layer transformer (matching both steps requires
+  2b̃₀ + b̃₁ = b₀ + b₁ and b̃₀b̃₁ = b₀b₁, which has no real solution when b₀ ≈ b₁).
 
 All heads of a layer are summed into that layer's register (§5).
 """
@@ -25,7 +31,7 @@ from mnemo_mpc.errors import InputError
 from mnemo_mpc.icl.linear_transformer import LinearAttentionStack, Parameterization
 
 GammaForm = Literal["full", "scalar"]
-GammaSharing = Literal["per_layer", "general"]
+GammaSharing = Literal["per_layer", "general", "per_lag"]
 
 
 def _per_layer_scalar(value: torch.Tensor, layer: int, batch: int, name: str) -> torch.Tensor:
@@ -89,9 +95,9 @@ class CGDMemformer(LinearAttentionStack):
 class LFOMMemformer(LinearAttentionStack):
     """Eq. 19–20 with Hadamard weights Γ (see module docstring for `gamma_form` and `gamma_sharing`).
 
-    Initialisation: "general" starts at Γ_j^ℓ = δ_{jℓ} (exactly the linear transformer); "per_layer" cannot express the
-    transformer (Γ_j also weighs R_j at every later layer), so it starts at `gamma_init` everywhere (default 1, a
-    heavy-ball-like sum of past registers) and training moves it."""
+    Initialisation: "general" and "per_lag" start at Γ_j^ℓ = δ_{jℓ} (exactly the linear transformer); "per_layer"
+    cannot express the transformer (Γ_j also weighs R_j at every later layer), so it starts at `gamma_init`
+    everywhere (default 1, a heavy-ball-like sum of past registers) and training moves it."""
 
     def __init__(
         self,
@@ -110,8 +116,8 @@ class LFOMMemformer(LinearAttentionStack):
         super().__init__(d, n_layers, n_heads, parameterization, scalar_preconditioner, init_std, dtype)
         if gamma_form not in ("full", "scalar"):
             raise InputError(f"gamma_form must be 'full' or 'scalar', got {gamma_form!r}")
-        if gamma_sharing not in ("per_layer", "general"):
-            raise InputError(f"gamma_sharing must be 'per_layer' or 'general', got {gamma_sharing!r}")
+        if gamma_sharing not in ("per_layer", "general", "per_lag"):
+            raise InputError(f"gamma_sharing must be 'per_layer', 'general' or 'per_lag', got {gamma_sharing!r}")
         self.n = n
         self.gamma_form = gamma_form
         self.gamma_sharing = gamma_sharing
@@ -119,6 +125,10 @@ class LFOMMemformer(LinearAttentionStack):
         L = n_layers
         if gamma_sharing == "per_layer":
             self.Gamma = nn.Parameter(torch.full((L, *shape), float(gamma_init), dtype=dtype))
+        elif gamma_sharing == "per_lag":
+            lag0 = torch.zeros((L, *shape), dtype=dtype)
+            lag0[0] = 1.0  # Γ_0 = 1, older lags 0: the linear transformer
+            self.Gamma = nn.Parameter(lag0)
         else:
             eye = torch.eye(L, dtype=dtype).reshape(L, L, *([1] * len(shape)))
             self.Gamma = nn.Parameter(eye.expand(L, L, *shape).clone())
@@ -133,11 +143,16 @@ class LFOMMemformer(LinearAttentionStack):
         """Γ_j^ℓ (a (d+1)×(n+1) matrix, or a scalar for gamma_form='scalar')."""
         if j > layer:
             raise InputError(f"Γ_j^ℓ is defined for j <= ℓ, got j={j}, ℓ={layer}")
-        return self.Gamma[j] if self.gamma_sharing == "per_layer" else self.Gamma[layer, j]
+        if self.gamma_sharing == "per_layer":
+            return self.Gamma[j]
+        if self.gamma_sharing == "per_lag":
+            return self.Gamma[layer - j]
+        return self.Gamma[layer, j]
 
     @torch.no_grad()
     def set_gamma(self, gamma: torch.Tensor) -> None:
-        """Load Γ: 'general' takes (L, L[, d+1, n+1]) with [ℓ, j] = Γ_j^ℓ; 'per_layer' takes (L[, d+1, n+1]).
+        """Load Γ: 'general' takes (L, L[, d+1, n+1]) with [ℓ, j] = Γ_j^ℓ; 'per_layer' takes (L[, d+1, n+1]) indexed
+        by j, 'per_lag' the same shape indexed by the lag ℓ − j.
         A scalar-per-(ℓ, j) tensor is broadcast over the Hadamard entries when gamma_form='full'."""
         gamma = torch.as_tensor(gamma, dtype=self.Gamma.dtype, device=self.Gamma.device)
         lead = self.Gamma.ndim - (2 if self.gamma_form == "full" else 0)
