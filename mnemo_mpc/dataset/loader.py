@@ -1,8 +1,10 @@
 """PyTorch view of the SQP dataset: one item per recorded MPC step (context c -> expert trajectory x_T, seed 002 §5.2).
 
-Reads are chunked: the index (which steps of which world) is built from the small per-world `expert_success` arrays;
-each item reads its own grid inner chunk and the world's small arrays (LRU-cached per world), so the store is never
-loaded into RAM. The split is by world, so a validation example never comes from a training world.
+Reads are chunked: the index (which steps of which world) comes from the manifest (or, where some expert solves did
+not converge, the small per-world `expert_success` arrays); grids - 14 KB of the ~15 KB an example takes - are read
+from disk per item or batch (one concurrent round trip per batch), while each world's small per-step vectors (pose,
+goal, expert trajectory: ~1 KB per example) are cached after first use (`cache_worlds` bounds that cache), so
+the store is never loaded into RAM. The split is by world, so a validation example never comes from a training world.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ class SQPStepDataset(_TorchDataset):
         only_converged: bool = True,
         statuses: Sequence[str] | None = None,
         fields: Sequence[str] = DEFAULT_FIELDS,
-        cache_worlds: int = 64,
+        cache_worlds: int | None = None,
     ) -> None:
         self.store = DatasetStore.open(root)
         if split not in ("train", "val", "all"):
@@ -79,7 +81,8 @@ class SQPStepDataset(_TorchDataset):
         train, val = split_worlds(ids, val_fraction, split_seed)
         self.world_ids = {"train": train, "val": val, "all": sorted(ids)}[split]
         self.fields = tuple(fields)
-        self.cache_worlds = int(cache_worlds)
+        # Shuffled batches touch most worlds; an LRU smaller than the number of worlds would thrash.
+        self.cache_worlds = int(cache_worlds) if cache_worlds is not None else 1 << 30
         self._groups: OrderedDict[int, Any] = OrderedDict()
         self._small: OrderedDict[int, dict[str, np.ndarray]] = OrderedDict()
         world_col, step_col = [], []
@@ -87,7 +90,8 @@ class SQPStepDataset(_TorchDataset):
             n = self.store.world_entry(wid)["steps"]
             if n == 0:
                 continue
-            if only_converged:
+            entry = self.store.world_entry(wid)
+            if only_converged and entry["expert_converged"] < n:
                 ok = np.flatnonzero(self._group(wid)["expert_success"][:])
             else:
                 ok = np.arange(n)
@@ -172,7 +176,7 @@ class SQPStepDataset(_TorchDataset):
         return self._item(wid, row, grid)
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
-        """Batched fetch (used by torch's DataLoader): one grid read per world in the batch instead of one per item."""
+        """Batched fetch (used by torch's DataLoader): all reads of the batch in one concurrent zarr round trip."""
         idx = np.asarray([self._check_index(int(i)) for i in indices], dtype=np.int64)
         out: list[dict[str, Any] | None] = [None] * len(idx)
         worlds = self._world[idx]
@@ -180,28 +184,17 @@ class SQPStepDataset(_TorchDataset):
         missing = [w for w in uniq_worlds if w not in self._small]
         if missing:
             self._load_small(missing)
-        grids_by_world: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        grids: list[Any] = [None] * len(idx)
         if "grid" in self.fields:
-            plan = []
-            for wid in uniq_worlds:
-                uniq, inv = np.unique(self._row[idx[worlds == wid]], return_inverse=True)
-                plan.append((wid, uniq, inv))
-            reads = _gather(
+            # One integer read per item, all in one concurrent round trip (orthogonal selections are slower in zarr).
+            grids = _gather(
                 [
-                    self._group(w)["grid"].async_array.get_orthogonal_selection((u, slice(None), slice(None)))
-                    for w, u, _ in plan
+                    self._group(int(w))["grid"].async_array.getitem(int(r))
+                    for w, r in zip(worlds, self._row[idx], strict=True)
                 ]
             )
-            grids_by_world = {w: (np.asarray(g), inv) for (w, _, inv), g in zip(plan, reads, strict=True)}
-        for wid in uniq_worlds:
-            pos = np.flatnonzero(worlds == wid)
-            rows = self._row[idx[pos]]
-            for k, (p, r) in enumerate(zip(pos, rows, strict=True)):
-                grid = None
-                if wid in grids_by_world:
-                    g, inv = grids_by_world[wid]
-                    grid = g[inv[k]]
-                out[p] = self._item(wid, int(r), grid)
+        for p, (w, r) in enumerate(zip(worlds, self._row[idx], strict=True)):
+            out[p] = self._item(int(w), int(r), None if grids[p] is None else np.asarray(grids[p]))
         return out  # type: ignore[return-value]
 
 
