@@ -15,6 +15,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp creates 0600; results are meant to be shared like any file the user writes.
+        os.fchmod(fd, 0o644)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

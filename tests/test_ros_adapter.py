@@ -94,7 +94,22 @@ def test_messages_in_other_frames_are_dropped(store, types):
     assert ad.tick(0.1).status == "stale_input"  # the odometry never arrived in the right frame
 
 
-def test_goal_reached_sends_one_zero_then_idles(store, types):
+def test_goal_reached_brakes_within_limits_then_idles(store, types):
+    params = NavParams()
+    ad = NavAdapter(params, types)
+    ad.on_grid(convert.make_grid_msg(types, local_grid(), 0.0, "odom"), 0.0)
+    ad.on_goal(goal_msg(types, (0.05, 0.0, 0.0)), 0.0)
+    ad.on_odometry(odom_msg(store, types, (0, 0, 0), (0.35, 0.0)), 0.0)
+    braking = ad.tick(0.1)
+    assert braking.status == "goal_reached"
+    np.testing.assert_allclose(braking.command, [0.35 - params.a_max * params.dt, 0.0])
+    assert ad.goal is not None  # still ours to stop
+    ad.on_odometry(odom_msg(store, types, (0, 0, 0), (0.0, 0.0)), 0.15)
+    assert np.all(ad.tick(0.2).command == 0.0)
+    assert ad.tick(0.3).status == "idle"
+
+
+def test_goal_reached_at_rest_sends_one_zero_then_idles(store, types):
     ad = NavAdapter(NavParams(), types)
     ad.on_grid(convert.make_grid_msg(types, local_grid(), 0.0, "odom"), 0.0)
     ad.on_odometry(odom_msg(store, types, (0, 0, 0), (0, 0)), 0.0)

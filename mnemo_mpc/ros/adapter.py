@@ -8,7 +8,8 @@ drives the same adapter from a rosbag2. Policy, in one place:
 * goal active but odometry or grid missing / older than `stale_timeout_s` -> a stop command that decelerates within
   the acceleration limits (never a jump to zero, never a stale plan);
 * otherwise the controller's checked command (finite and within limits by construction, re-checked here);
-* goal reached -> one zero command, then the goal is cleared.
+* goal reached -> braking commands within the acceleration limits until the command is zero, then the goal is
+  cleared (a jump to zero from speed would break the limits).
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ class NavAdapter:
         grid: OccupancyGrid = self._grid.value
         pose, velocity = self._odom.value
         out = self.controller.step(grid, pose, velocity, self._goal, global_path=self._path)
-        if out.status == "goal_reached":
+        if out.status == "goal_reached" and not np.any(out.command):
             self._goal = None
         return self._publish(out.command, now_s, out.status, out)
 
