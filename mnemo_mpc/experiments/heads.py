@@ -67,7 +67,9 @@ def summarize(cfg: Config, per_seed: dict[int, dict], ctx: RunContext) -> Summar
     notes = {
         name: f"{few}-head minus {many}-head mean log-loss, layers 1..{L}: {common.fmt_list(gap)}. Under Eq. 9 the "
         f"heads sum to one preconditioner Σ_h A_h, so {many} heads express nothing 1 head cannot; a difference is "
-        "an optimisation effect (more parameters moved per Adam step, larger initial ΣA_h)."
+        "an optimisation effect (more parameters moved per Adam step, larger initial ΣA_h). Both curves also sit "
+        "far above CGD and the linear TF: with Γ_j^ℓ = Γ_j scalar, every old register is re-applied at every later "
+        "layer, which cannot express even the 2-layer transformer (see LFOMMemformer's docstring)."
     }
     notes = common.explain_failures(claims, notes, ctx.mode)
     fig = common.plot_log_loss(
