@@ -127,8 +127,20 @@ def _why_not(claims: dict[str, bool], notes: dict[str, str], stats: dict, cfg: C
         out["lfom_pre_beats_cgd_layers_ge_3_noniso"] += (
             " The Memformer's Γ_j and A_ℓ are shared by all prompts, while CGD's line search adapts to each one."
         )
+    ni = "non-isotropic"
+    later = common.layers_from(2, cfg.max_layers)
+    gap_ni = common.mean_gap(stats, key(ni, LFOM_PRE), key(ni, TF), later)
+    worse = [k for k, g in zip(later, gap_ni, strict=True) if g < 0]
     for name in ("lfom_not_better_than_tf_isotropic", "momentum_gain_larger_on_noniso_than_iso"):
-        if not claims[name]:
+        if claims[name]:
+            continue
+        if name == "momentum_gain_larger_on_noniso_than_iso" and sum(gap_ni) <= 0:
+            out[name] += (
+                f". Why: there is no gain on non-isotropic data to compare — LFOM Pre is below the linear TF at "
+                f"layers {worse}. With Γ_j^ℓ = Γ_j every old register is re-applied at every later layer, which the "
+                "trained Γ_j can damp but not switch off per layer (see LFOMMemformer's docstring)."
+            )
+        else:
             out[name] += (
                 f". Why (our reading): with n = {n}, d = {d} each prompt's sample Hessian X̄X̄ᵀ/n is far from "
                 f"isotropic even when Σ = I (Marchenko–Pastur eigenvalue range ≈ {spread}), so past gradients still "
