@@ -136,7 +136,7 @@ def _why_not(claims: dict[str, bool], notes: dict[str, str], stats: dict, cfg: C
             continue
         if name == "momentum_gain_larger_on_noniso_than_iso" and sum(gap_ni) <= 0:
             out[name] += (
-                f". Why: there is no gain on non-isotropic data to compare — LFOM Pre is below the linear TF at "
+                f". Why: there is no gain on non-isotropic data to compare — LFOM Pre does worse than the linear TF at "
                 f"layers {worse}. With Γ_j^ℓ = Γ_j every old register is re-applied at every later layer, which the "
                 "trained Γ_j can damp but not switch off per layer (see LFOMMemformer's docstring)."
             )
