@@ -55,7 +55,10 @@ def versions() -> dict[str, str]:
 
 
 def config_digest(cfg: Any) -> str:
-    blob = json.dumps(dataclasses.asdict(cfg), sort_keys=True, default=str)
+    """Identifies what one seed's numbers depend on: the config without the seed count, so `--seeds 3` and
+    `--seeds 5` share their common finished seeds."""
+    fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "seeds"}
+    blob = json.dumps(fields, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -86,12 +89,14 @@ def run_study(name: str, out_root: Path, mode: str = "quick", seeds: int | None 
                 continue
         s0 = time.perf_counter()
         numbers = study.run_seed(cfg, seed, ctx)
-        atomic_write_json(
-            path, {"config_digest": digest, "seed": seed, "wall_s": time.perf_counter() - s0, "numbers": numbers}
-        )
+        seed_wall[seed] = time.perf_counter() - s0
+        atomic_write_json(path, {"config_digest": digest, "seed": seed, "wall_s": seed_wall[seed], "numbers": numbers})
         per_seed[seed] = numbers
+    s0 = time.perf_counter()
     summary: Summary = study.summarize(cfg, per_seed, ctx)
-    wall = time.perf_counter() - t0
+    # The study's cost is the sum of its seeds' compute times (whenever they ran) plus the summary, so a resumed run
+    # reports the same figure as an uninterrupted one; this session's own time is kept separately.
+    wall = sum(seed_wall.values()) + time.perf_counter() - s0
     results = {
         "study": name,
         "title": study.TITLE,

@@ -1,0 +1,70 @@
+"""The experiments runner: results.json, resume after interruption, shared seeds, REPORT.md."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from dataclasses import dataclass
+
+import pytest
+
+from mnemo_mpc import experiments
+from mnemo_mpc.experiments.__main__ import main as experiments_main
+from mnemo_mpc.experiments.runner import Summary, run_study, write_report
+
+
+@pytest.fixture
+def toy_study(monkeypatch):
+    calls: list[int] = []
+    mod = types.ModuleType("toy_study")
+    mod.TITLE, mod.PAPER = "toy", "none"
+
+    @dataclass
+    class Config:
+        seeds: int = 3
+        scale: float = 2.0
+
+    def run_seed(cfg, seed, ctx):
+        calls.append(seed)
+        if seed == 2 and getattr(mod, "interrupt", False):
+            raise KeyboardInterrupt
+        return {"value": cfg.scale * seed}
+
+    def summarize(cfg, per_seed, ctx):
+        total = sum(r["value"] for r in per_seed.values())
+        return Summary(numbers={"total": total}, claims={"positive": total > 0}, statement="toy")
+
+    mod.Config, mod.quick_config, mod.run_seed, mod.summarize = Config, lambda: Config(seeds=2), run_seed, summarize
+    monkeypatch.setitem(sys.modules, "toy_study", mod)
+    monkeypatch.setitem(experiments.STUDIES, "toy", "toy_study")
+    return mod, calls
+
+
+def test_interrupted_run_resumes_and_shares_seeds(toy_study, tmp_path):
+    mod, calls = toy_study
+    mod.interrupt = True
+    with pytest.raises(KeyboardInterrupt):
+        run_study("toy", tmp_path, mode="full")
+    assert sorted(p.name for p in (tmp_path / "toy" / "seeds").iterdir()) == ["seed_0.json", "seed_1.json"]
+    mod.interrupt = False
+    calls.clear()
+    res = run_study("toy", tmp_path, mode="full")
+    assert calls == [2]  # seeds 0 and 1 were kept
+    assert res["numbers"] == {"total": 6.0} and res["claims"] == {"positive": True}
+    assert res["wall_time_s"] >= sum(res["seed_wall_time_s"].values())
+    calls.clear()
+    run_study("toy", tmp_path, mode="full", seeds=5)  # a larger --seeds reuses the common seeds
+    assert calls == [3, 4]
+    saved = json.loads((tmp_path / "toy" / "results.json").read_text())
+    assert saved["seeds"] == [0, 1, 2, 3, 4] and saved["config"]["seeds"] == 5
+    report = write_report(tmp_path).read_text()
+    assert "| toy | full | 1/1 |" in report
+
+
+def test_cli_rejects_bad_arguments(toy_study, tmp_path, capsys):
+    assert experiments_main(["run", "nope", "--out", str(tmp_path)]) == 2
+    assert "unknown study 'nope'" in capsys.readouterr().err
+    assert experiments_main(["run", "toy", "--seeds", "0", "--out", str(tmp_path)]) == 2
+    assert experiments_main(["run", "toy", "--quick", "--out", str(tmp_path)]) == 0
+    assert "toy: 1/1 claims hold" in capsys.readouterr().out
