@@ -26,7 +26,10 @@ def toy_study(monkeypatch):
         scale: float = 2.0
 
     def run_seed(cfg, seed, ctx):
+        import random
+
         calls.append(seed)
+        mod.draws.append((seed, random.random()))
         if seed == 2 and getattr(mod, "interrupt", False):
             raise KeyboardInterrupt
         return {"value": cfg.scale * seed}
@@ -36,6 +39,7 @@ def toy_study(monkeypatch):
         return Summary(numbers={"total": total}, claims={"positive": total > 0}, statement="toy")
 
     mod.Config, mod.quick_config, mod.run_seed, mod.summarize = Config, lambda: Config(seeds=2), run_seed, summarize
+    mod.draws = []
     monkeypatch.setitem(sys.modules, "toy_study", mod)
     monkeypatch.setitem(experiments.STUDIES, "toy", "toy_study")
     return mod, calls
@@ -58,6 +62,12 @@ def test_interrupted_run_resumes_and_shares_seeds(toy_study, tmp_path):
     assert calls == [3, 4]
     saved = json.loads((tmp_path / "toy" / "results.json").read_text())
     assert saved["seeds"] == [0, 1, 2, 3, 4] and saved["config"]["seeds"] == 5
+    run_study("toy", tmp_path / "again", mode="full", seeds=2)
+    by_seed: dict[int, set[float]] = {}
+    for seed, draw in mod.draws:
+        by_seed.setdefault(seed, set()).add(draw)
+    # the runner seeds the global generators per seed: the same seed draws the same numbers in every run
+    assert all(len(d) == 1 for d in by_seed.values()) and len({d.pop() for d in by_seed.values()}) == 5
     report = write_report(tmp_path).read_text()
     assert "| toy | full | 1/1 |" in report
 

@@ -54,6 +54,20 @@ def versions() -> dict[str, str]:
     return out
 
 
+def seed_global_generators(seed: int) -> None:
+    """Seed Python's, numpy's and torch's global generators before a seed runs, so code that draws from them (e.g.
+    torch module initialisation) is reproducible per seed without every study having to remember it."""
+    import random
+
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(seed)
+
+
 def config_digest(cfg: Any) -> str:
     """Identifies what one seed's numbers depend on: the config without the seed count, so `--seeds 3` and
     `--seeds 5` share their common finished seeds."""
@@ -88,6 +102,7 @@ def run_study(name: str, out_root: Path, mode: str = "quick", seeds: int | None 
                 log.info("%s: seed %d reused from %s", name, seed, path)
                 continue
         s0 = time.perf_counter()
+        seed_global_generators(seed)
         numbers = study.run_seed(cfg, seed, ctx)
         seed_wall[seed] = time.perf_counter() - s0
         atomic_write_json(path, {"config_digest": digest, "seed": seed, "wall_s": seed_wall[seed], "numbers": numbers})
