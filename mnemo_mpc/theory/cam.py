@@ -20,6 +20,7 @@ Everything runs in float64: with β = 1 the energies are of order e^N.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import torch
@@ -305,24 +306,24 @@ def delta_energy_terms(
 # models
 
 
-class _Memory:
+class _Memory(ABC):
     """Interface for `run_dynamics`: a per-state field and the preferred value of one coordinate."""
 
     dim: int
 
-    def field(self, x: Tensor) -> Tensor:  # pragma: no cover - interface
-        raise NotImplementedError
+    @abstractmethod
+    def field(self, x: Tensor) -> Tensor: ...
 
-    def preferred(self, x: Tensor, f: Tensor, j: Tensor) -> Tensor:  # pragma: no cover - interface
+    @abstractmethod
+    def preferred(self, x: Tensor, f: Tensor, j: Tensor) -> Tensor:
         """sgn[E(x[j;-1]) - E(x[j;+1])] per row, 0 on a tie (Eq. 12)."""
-        raise NotImplementedError
 
-    def update_field(self, f: Tensor, j: Tensor, delta: Tensor) -> Tensor:  # pragma: no cover - interface
+    @abstractmethod
+    def update_field(self, f: Tensor, j: Tensor, delta: Tensor) -> Tensor:
         """Field after x[j] changes by `delta` (0 or ±2) per row."""
-        raise NotImplementedError
 
-    def energy(self, x: Tensor) -> Tensor:  # pragma: no cover - interface
-        raise NotImplementedError
+    @abstractmethod
+    def energy(self, x: Tensor) -> Tensor: ...
 
 
 class ExponentialMemory(_Memory):
