@@ -78,8 +78,7 @@ def test_failed_episode_is_recorded_with_status_error(tmp_path, monkeypatch):
     assert DatasetStore.open(root).manifest["counts"]["worlds_by_status"]["error"] == 1
 
 
-@pytest.mark.slow
-def test_ray_local_mode(tmp_path):
+def test_ray_local_mode(tmp_path):  # ~7 s on a quiet machine: Ray's start-up dominates
     pytest.importorskip("ray", reason="Ray is not installed; the --ray-address path cannot run")
     root = tmp_path / "ds"
     cfg = CollectConfig(seed=0, episode=EpisodeConfig(record=True, time_limit_s=0.5, keep_plan_every=0))
