@@ -228,7 +228,4 @@ def _figure(steps: list[int], dist: np.ndarray, raw: np.ndarray, ctx: RunContext
             ax.legend(fontsize=8)
     fig.suptitle(f"App. D: convergence of Σ^½ A_i Σ^½ to a scaled identity ({dist.shape[0]} seeds, mean ± std)")
     fig.tight_layout()
-    path = ctx.figure_path("dist_sigma_identity")
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path.name
+    return ctx.save_figure(fig, "dist_sigma_identity")

@@ -241,8 +241,6 @@ def _figures(cfg: Config, per_seed: dict[int, dict], fits: dict, ctx: RunContext
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from mnemo_mpc.atomic import atomic_write_bytes
-
     names = []
     panels = [("injective", "binary"), ("low_rank", "mlp_width", "mlp_dim")]
     labels = {
@@ -272,13 +270,7 @@ def _figures(cfg: Config, per_seed: dict[int, dict], fits: dict, ctx: RunContext
     axes[0].set_title("Full-rank associative memory")
     axes[1].set_title("Low-rank and MLP memories")
     fig.tight_layout()
-    import io
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
-    plt.close(fig)
-    atomic_write_bytes(ctx.figure_path("capacity_scaling"), buf.getvalue())
-    names.append("capacity_scaling.png")
+    names.append(ctx.save_figure(fig, "capacity_scaling"))
 
     # Accuracy against load N/d^k: curves collapse when the scaling law holds.
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -298,9 +290,5 @@ def _figures(cfg: Config, per_seed: dict[int, dict], fits: dict, ctx: RunContext
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
-    plt.close(fig)
-    atomic_write_bytes(ctx.figure_path("accuracy_vs_load"), buf.getvalue())
-    names.append("accuracy_vs_load.png")
+    names.append(ctx.save_figure(fig, "accuracy_vs_load"))
     return names

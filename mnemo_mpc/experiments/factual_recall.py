@@ -416,10 +416,7 @@ def _plot_capacity(cfg: Config, per_seed: dict[int, dict], ctx: RunContext) -> s
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
     fig.tight_layout()
-    path = ctx.figure_path("factual_capacity")
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path.name
+    return ctx.save_figure(fig, "factual_capacity")
 
 
 def _plot_dynamics(cfg: Config, per_seed: dict[int, dict], ctx: RunContext) -> str:
@@ -449,7 +446,4 @@ def _plot_dynamics(cfg: Config, per_seed: dict[int, dict], ctx: RunContext) -> s
     ax.set_title(f"S*R={d['n_facts']} facts; slides: intermediate phase predicts p(a|r)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path = ctx.figure_path("factual_hallucination")
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path.name
+    return ctx.save_figure(fig, "factual_hallucination")

@@ -323,10 +323,7 @@ def _plot_accuracy(cfg: Config, per_seed: dict[int, dict], ctx: RunContext) -> s
     ax.set_title(f"bigram task, T={cfg.seq_len}, d={cfg.dim}, K={cfg.n_triggers}")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path = ctx.figure_path("induction_accuracy")
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path.name
+    return ctx.save_figure(fig, "induction_accuracy")
 
 
 def _plot_probes(cfg: Config, per_seed: dict[int, dict], ctx: RunContext) -> str:
@@ -363,7 +360,4 @@ def _plot_probes(cfg: Config, per_seed: dict[int, dict], ctx: RunContext) -> str
     ax.set_title(f"simplified 2-layer model, d={cfg.probe_dim}, T={cfg.seq_len}")
     ax.legend(fontsize=8, loc="center right")
     fig.tight_layout()
-    path = ctx.figure_path("induction_probes")
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path.name
+    return ctx.save_figure(fig, "induction_probes")

@@ -174,7 +174,4 @@ def _generalisation_figure(sizes: list[int], tr: np.ndarray, te: np.ndarray, ctx
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path = ctx.figure_path("thm51_generalisation")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path.name
+    return ctx.save_figure(fig, "thm51_generalisation", dpi=110)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mnemo_mpc import __version__
-from mnemo_mpc.atomic import atomic_write_json, atomic_write_text
+from mnemo_mpc.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 from mnemo_mpc.experiments import get_study
 
 log = logging.getLogger(__name__)
@@ -31,6 +31,19 @@ class RunContext:
 
     def figure_path(self, stem: str) -> Path:
         return self.out_dir / f"{stem}.png"
+
+    def save_figure(self, fig: Any, stem: str, dpi: int = 120) -> str:
+        """Write a matplotlib figure to `out_dir/<stem>.png` atomically and close it; returns the file name
+        (what `Summary.figures` lists)."""
+        import io
+
+        import matplotlib.pyplot as plt
+
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=dpi)
+        plt.close(fig)
+        atomic_write_bytes(self.figure_path(stem), buf.getvalue())
+        return f"{stem}.png"
 
 
 @dataclass

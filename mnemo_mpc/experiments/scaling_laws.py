@@ -17,7 +17,6 @@ Four parts, each isolating one term of the slides' theorem L ≲ n^−(α−1)/�
 
 from __future__ import annotations
 
-import io
 import logging
 import math
 from dataclasses import dataclass
@@ -437,16 +436,9 @@ def _summarize_optimizers(cfg: Config, per_seed: dict[int, dict], claim) -> dict
 
 
 def _save(fig, ctx: RunContext, stem: str) -> str:
-    import matplotlib.pyplot as plt
 
-    from mnemo_mpc.atomic import atomic_write_bytes
-
-    buf = io.BytesIO()
     fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=120)
-    plt.close(fig)
-    atomic_write_bytes(ctx.figure_path(stem), buf.getvalue())
-    return f"{stem}.png"
+    return ctx.save_figure(fig, stem)
 
 
 def _slope_line(ax, x: np.ndarray, y: np.ndarray, slope: float, color: str, label: str) -> None:
