@@ -136,6 +136,25 @@ def fit_log_losses(
     return log_list(run.test_losses)
 
 
+def cgd_and_fitted_log_losses(
+    data: DataConfig,
+    seed: int,
+    device: str,
+    train_cfg: TrainConfig,
+    max_layers: int,
+    test_size: int,
+    builds: dict[str, Callable[[int], torch.nn.Module]],
+    desc: str,
+) -> dict[str, list[float]]:
+    """The standard curve set of seed 000 Fig. 1–5 on one seed's data: CGD run per prompt, then every model in
+    `builds` trained at each depth 1..max_layers; log test loss per layer, keyed by curve name."""
+    sd = seed_data(data, seed, device, train_cfg.dtype, test_size)
+    curves = classical_log_losses(sd.test64, max_layers, ("CGD",))
+    for name, build in builds.items():
+        curves[name] = fit_log_losses(build, sd, train_cfg, max_layers, f"{desc} {name}")
+    return curves
+
+
 def aggregate(per_seed: dict[int, dict], key: str = "log_loss") -> dict[str, dict[str, Any]]:
     """{curve: {"mean": [..], "std": [..], "per_seed": [[..], ..]}} over seeds (std with ddof = 0: one seed gives 0)."""
     if not per_seed:

@@ -43,16 +43,10 @@ def quick_config() -> Config:
 def run_seed(cfg: Config, seed: int, ctx: RunContext) -> dict:
     tcfg = dataclasses.replace(cfg.train, device=ctx.device)
     d, n = cfg.data.d, cfg.data.n
-    sd = common.seed_data(cfg.data, seed, ctx.device, tcfg.dtype, cfg.test_size)
-    curves = common.classical_log_losses(sd.test64, cfg.max_layers, ("CGD",))
-    for h in cfg.heads:
-        curves[curve(h)] = common.fit_log_losses(
-            lambda L, h=h: LFOMMemformer(d, n, L, n_heads=h, gamma_form="scalar"),
-            sd,
-            tcfg,
-            cfg.max_layers,
-            f"{ctx.name} s{seed} H={h}",
-        )
+    builds = {curve(h): lambda L, h=h: LFOMMemformer(d, n, L, n_heads=h, gamma_form="scalar") for h in cfg.heads}
+    curves = common.cgd_and_fitted_log_losses(
+        cfg.data, seed, ctx.device, tcfg, cfg.max_layers, cfg.test_size, builds, f"{ctx.name} s{seed}"
+    )
     return {"log_loss": curves}
 
 

@@ -44,17 +44,16 @@ def quick_config() -> Config:
 
 def run_seed(cfg: Config, seed: int, ctx: RunContext) -> dict:
     tcfg = dataclasses.replace(cfg.train, device=ctx.device)
-    sd = common.seed_data(cfg.data, seed, ctx.device, tcfg.dtype, cfg.test_size)
     d = cfg.data.d
-    curves = common.classical_log_losses(sd.test64, cfg.max_layers, ("CGD",))
     builds = {
         TF_SCALAR: lambda L: LinearTransformer(d, L, scalar_preconditioner=True),
         MEM_SCALAR: lambda L: CGDMemformer(d, L, scalar_preconditioner=True),
         TF_PRE: lambda L: LinearTransformer(d, L),
         MEM_PRE: lambda L: CGDMemformer(d, L),
     }
-    for name, build in builds.items():
-        curves[name] = common.fit_log_losses(build, sd, tcfg, cfg.max_layers, f"{ctx.name} s{seed} {name}")
+    curves = common.cgd_and_fitted_log_losses(
+        cfg.data, seed, ctx.device, tcfg, cfg.max_layers, cfg.test_size, builds, f"{ctx.name} s{seed}"
+    )
     return {"log_loss": curves}
 
 

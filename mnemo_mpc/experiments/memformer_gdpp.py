@@ -54,13 +54,11 @@ def run_seed(cfg: Config, seed: int, ctx: RunContext) -> dict:
     curves: dict[str, list[float]] = {}
     for variant in VARIANTS:
         data = dataclasses.replace(cfg.data, isotropic=variant == "isotropic")
-        sd = common.seed_data(data, seed, ctx.device, tcfg.dtype, cfg.test_size)
-        for name, vals in common.classical_log_losses(sd.test64, cfg.max_layers, ("CGD",)).items():
-            curves[key(variant, name)] = vals
-        for name, build in builds.items():
-            curves[key(variant, name)] = common.fit_log_losses(
-                build, sd, tcfg, cfg.max_layers, f"{ctx.name} s{seed} {variant} {name}"
-            )
+        desc = f"{ctx.name} s{seed} {variant}"
+        per_variant = common.cgd_and_fitted_log_losses(
+            data, seed, ctx.device, tcfg, cfg.max_layers, cfg.test_size, builds, desc
+        )
+        curves.update({key(variant, name): vals for name, vals in per_variant.items()})
     return {"log_loss": curves}
 
 
