@@ -28,6 +28,7 @@ setup(
         "numpy",
         "scipy",
         "casadi",
+        "daqp",
         "scikit-image",
         "matplotlib",
         "tqdm",

@@ -7,7 +7,7 @@ import pytest
 from mnemo_mpc.errors import InputError
 from mnemo_mpc.planning.esdf import DistanceField
 from mnemo_mpc.planning.grid import OccupancyGrid
-from mnemo_mpc.planning.mpc import SPLINE_PAD, _cubic_bspline_basis
+from mnemo_mpc.planning.nlp import SPLINE_PAD, cubic_bspline_basis
 
 
 def brute_force(obstacles: np.ndarray, res: float) -> np.ndarray:
@@ -69,7 +69,7 @@ def test_casadi_spline_equals_scipy_spline_and_interpolates():
     rows, cols = coeffs.shape
     q = ca.SX.sym("q", 2)
     c = ca.SX.sym("c", 16)
-    bx, by = _cubic_bspline_basis(q[0]), _cubic_bspline_basis(q[1])
+    bx, by = cubic_bspline_basis(q[0]), cubic_bspline_basis(q[1])
     f = ca.Function("f", [q, c], [ca.mtimes([bx.T, ca.reshape(c, 4, 4), by])])
     for _ in range(20):
         xy = np.array([rng.uniform(-0.2, 0.5), rng.uniform(0.1, 0.7)])

@@ -126,14 +126,28 @@ def test_bench_sqp_cli_writes_the_documented_json(tmp_path):
     from mnemo_mpc.cli import main
 
     out = tmp_path / "bench.json"
-    assert main(["bench", "sqp", "--problems", "2", "--steps", "2", "--no-progress", "--out", str(out)]) == 0
+    args = ["bench", "sqp", "--problems", "2", "--steps", "2", "--no-progress", "--sigmas", "0.005,0.05"]
+    assert main([*args, "--baseline", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert set(result) == {"config", "modes"} and set(result["modes"]) == {"cold", "shift"}
-    for m in result["modes"].values():
-        assert set(m) == {"iterations", "time_ms", "time_per_iteration_ms", "success_rate", "feasible_rate"}
+    assert set(result) == {"config", "modes", "crossings", "ratios_vs_baseline"}
+    modes = result["modes"]
+    assert set(modes) == {"cold", "shift", "oracle", "oracle_duals", "perturbed", "baseline"}
+    summaries = [modes[k] for k in ("cold", "shift", "oracle", "oracle_duals")]
+    summaries += list(modes["baseline"].values())
+    summaries += [s for kind in ("white", "smooth") for s in modes["perturbed"][kind].values()]
+    assert set(modes["perturbed"]["white"]) == set(modes["perturbed"]["smooth"]) == {"0.005", "0.05"}
+    for m in summaries:
+        assert {"iterations", "time_ms", "time_per_iteration_ms", "success_rate", "feasible_rate"} <= set(m)
         assert set(m["iterations"]) == {"mean", "p50", "p95"}
         assert set(m["time_ms"]) == {"p50", "p95", "p99"}
         assert set(m["time_per_iteration_ms"]) == {"p50"}
+        assert set(m["breakdown_ms_per_iteration"]) == {"derivatives", "qp", "linesearch", "total"}
         assert 0.0 <= m["success_rate"] <= 1.0 and 0.0 <= m["feasible_rate"] <= 1.0
+    for kind in ("white", "smooth"):
+        rms = modes["perturbed"][kind]["0.05"]["rms_error"]
+        assert set(rms) == {"v", "w"} and 0 < rms["v"] < 0.05 * 0.5 * 1.2 and 0 < rms["w"] < 0.05 * 3.0 * 1.2
+        assert set(result["crossings"][kind]) == {"2.0", "1.5"}
+    assert set(result["ratios_vs_baseline"]) == {"cold", "shift"}
     assert result["config"]["problems"] == 2 and result["config"]["mpc"]["N"] == 30
+    assert out.with_suffix(".png").stat().st_size > 10_000
     assert main(["bench", "sqp", "--problems", "0", "--out", str(out)]) == 2

@@ -9,7 +9,8 @@ from mnemo_mpc.errors import InfeasibleProblemError, InputError
 from mnemo_mpc.planning.esdf import DistanceField
 from mnemo_mpc.planning.global_path import local_reference, plan_global_path
 from mnemo_mpc.planning.grid import OccupancyGrid
-from mnemo_mpc.planning.mpc import SPLINE_PAD, SQPMPC, MPCConfig, WarmStart
+from mnemo_mpc.planning.mpc import SQPMPC, MPCConfig, WarmStart
+from mnemo_mpc.planning.nlp import SPLINE_PAD
 from mnemo_mpc.planning.robot import RobotModel
 
 SHAPE = (80, 80)
@@ -19,6 +20,12 @@ ROBOT = RobotModel()
 @pytest.fixture(scope="module")
 def mpc():
     return SQPMPC(ROBOT, MPCConfig(fallback=None), SHAPE)
+
+
+@pytest.fixture(scope="module")
+def baseline():
+    """CasADi's sqpmethod on the multiple-shooting NLP, interpreted, piqp: the configuration before our SQP."""
+    return SQPMPC(ROBOT, MPCConfig(method="sqpmethod", compile=False, fallback=None), SHAPE)
 
 
 def wall_field(origin=(-2.0, -2.0, 0.0)):
@@ -42,31 +49,47 @@ def check_solution(res, state, velocity, dt=0.1):
     assert res.feasible
 
 
-def test_solution_respects_dynamics_bounds_and_clearance(mpc):
+@pytest.mark.parametrize("method", ["sqp", "sqpmethod"])
+def test_solution_respects_dynamics_bounds_and_clearance(method, mpc, baseline):
+    solver = mpc if method == "sqp" else baseline
     field = wall_field()
     state, velocity = np.array([-1.0, 0.05, 0.0]), np.array([0.3, 0.0])
-    res = mpc.solve(field, state, velocity, np.array([1.2, 0.0, 0.0]))
+    res = solver.solve(field, state, velocity, np.array([1.2, 0.0, 0.0]))
     check_solution(res, state, velocity)
-    assert res.start == "cold" and res.iterations <= mpc.config.max_iter
+    assert res.start == "cold" and res.iterations <= solver.config.max_iter
     # the robot actually makes progress towards the goal
     assert np.hypot(*(res.states[-1, :2] - [1.2, 0.0])) < np.hypot(*(state[:2] - [1.2, 0.0]))
 
 
-def test_nlp_clearance_is_the_spline_of_the_field(mpc):
+def test_both_methods_find_the_same_optimum(mpc, baseline):
+    field = wall_field()
+    state, velocity = np.array([-1.0, 0.05, 0.0]), np.array([0.3, 0.0])
+    a = mpc.solve(field, state, velocity, np.array([1.2, 0.0, 0.0]))
+    b = baseline.solve(field, state, velocity, np.array([1.2, 0.0, 0.0]))
+    assert a.success and b.success
+    assert abs(a.cost - b.cost) <= 1e-4 * abs(b.cost)
+    np.testing.assert_allclose(a.controls, b.controls, atol=2e-3)
+
+
+@pytest.mark.parametrize("form", ["condensed", "multiple_shooting"])
+def test_nlp_clearance_is_the_spline_of_the_field(form):
     """The clearance rows of g are the bicubic spline of the ESDF at the knots (map enters as a parameter)."""
     import casadi as ca
 
+    from mnemo_mpc.planning import nlp as nlp_forms
+
+    n = 12
+    build = getattr(nlp_forms, form)
+    problem = build(n, 0.1, SHAPE, MPCConfig().weights)
     field = wall_field(origin=(3.0, -1.0, 0.3))
     rng = np.random.default_rng(0)
-    n = mpc.config.N
-    g = ca.Function("g", [mpc._nlp["x"], mpc._nlp["p"]], [mpc._nlp["g"]])
-    states = np.column_stack([rng.uniform(3.5, 5.5, n + 1), rng.uniform(-0.5, 2.0, n + 1), rng.uniform(-3, 3, n + 1)])
-    z = np.concatenate([states.ravel(), np.zeros(2 * n)])
-    ox, oy, yaw = field.grid.origin
-    head = np.concatenate(
-        [np.zeros(2), np.zeros(3), [0.0], np.zeros(2 * n), [ox, oy, math.cos(yaw), math.sin(yaw), 1 / 0.05]]
-    )
+    state = np.array([4.5, 0.5, 1.0])
+    controls = np.column_stack([rng.uniform(0.0, 0.5, n), rng.uniform(-1.5, 1.5, n)])
+    states = ROBOT.rollout(state, controls, 0.1)
+    head = problem.layout.head(state, np.zeros(2), np.zeros(3), 0.0, np.zeros((n, 2)), field.grid.origin, 0.05)
     p = np.concatenate([head, field.spline_coefficients(SPLINE_PAD).ravel()])
+    z = controls.ravel() if form == "condensed" else np.concatenate([states.ravel(), controls.ravel()])
+    g = ca.Function("g", [problem.nlp["x"], problem.nlp["p"]], [problem.nlp["g"]])
     clr = np.asarray(g(z, p)).ravel()[-n:]
     np.testing.assert_allclose(clr, field.spline_distance(states[1:, :2]), atol=1e-9)
 
@@ -116,7 +139,8 @@ def test_warm_start_uses_fewer_iterations_than_cold(mpc):
 
 def test_failed_solve_reports_failure_without_nan(mpc):
     field = wall_field()
-    res = mpc.solve(field, np.array([-1.0, 0.0, math.pi]), np.zeros(2), np.array([1.2, 0.0, 0.0]), max_iter=1)
+    state, velocity = np.array([-1.0, 0.0, math.pi / 2]), np.array([0.5, 1.0])
+    res = mpc.solve(field, state, velocity, np.array([1.2, 0.0, 0.0]), max_iter=1)
     assert not res.success and res.status
     assert np.all(np.isfinite(res.states)) and np.all(np.isfinite(res.controls))
     assert math.isfinite(res.max_dynamics_violation) and math.isfinite(res.min_clearance)
@@ -130,16 +154,21 @@ def test_fallback_ipopt_rescues_a_capped_sqp():
     check_solution(res, state, np.zeros(2))
 
 
-def test_shifted_warm_start_layout(mpc):
+@pytest.mark.parametrize("method", ["sqp", "sqpmethod"])
+def test_shifted_warm_start_layout(method, mpc, baseline):
+    solver = mpc if method == "sqp" else baseline
     field = wall_field()
-    res = mpc.solve(field, np.array([-1.0, 0.0, 0.0]), np.zeros(2), np.array([1.2, 0.0, 0.0]))
+    res = solver.solve(field, np.array([-1.0, 0.0, 0.0]), np.zeros(2), np.array([1.2, 0.0, 0.0]))
     ws = res.shifted()
-    n = mpc.config.N
+    n = solver.config.N
     assert ws.states.shape == (n + 1, 3) and ws.controls.shape == (n, 2)
     np.testing.assert_allclose(ws.states[:-1], res.states[1:])
     np.testing.assert_allclose(ws.controls[:-1], res.controls[1:])
-    np.testing.assert_allclose(ws.states[-1], ROBOT.step(res.states[-1], res.controls[-1], mpc.config.dt))
-    assert ws.lam_g.shape == res.duals["lam_g"].shape and ws.lam_x.shape == res.duals["lam_x"].shape
+    np.testing.assert_allclose(ws.states[-1], ROBOT.step(res.states[-1], res.controls[-1], solver.config.dt))
+    assert (ws.lam_g.size, ws.lam_x.size) == solver.duals_size
+    # the shifted start is accepted as it is, multipliers included
+    again = solver.solve(field, ws.states[0], res.controls[0], np.array([1.2, 0.0, 0.0]), warm_start=ws)
+    assert again.success
 
 
 @pytest.mark.parametrize(
@@ -156,6 +185,15 @@ def test_shifted_warm_start_layout(mpc):
         ({"goal": [-1.5, -1.5, 0.0]}, InfeasibleProblemError, "unknown"),
         ({"reference": np.zeros((5, 2))}, InputError, "reference"),
         ({"warm_start": WarmStart(np.zeros((3, 3)), np.zeros((2, 2)))}, InputError, "warm_start"),
+        ({"warm_start": WarmStart(np.zeros((31, 3)), np.full((30, 2), np.nan))}, InputError, "NaN"),
+        (
+            {"warm_start": WarmStart(np.zeros((31, 3)), np.zeros((30, 2)), np.zeros(5), np.zeros(60))},
+            InputError,
+            "lam_g",
+        ),
+        ({"warm_start": WarmStart(np.zeros((31, 3)), np.zeros((30, 2)), np.zeros(90))}, InputError, "both"),
+        ({"max_iter": 0}, InputError, "max_iter"),
+        ({"max_iter": -1}, InputError, "max_iter"),
     ],
 )
 def test_bad_input_raises(mpc, kwargs, error, match):
@@ -175,13 +213,25 @@ def test_wrong_field_shape_is_rejected(mpc):
         mpc.solve(small, np.array([1.0, 1.0, 0.0]), np.zeros(2), np.array([1.5, 1.0, 0.0]))
 
 
-def test_config_validation():
-    with pytest.raises(InputError, match="qpsol"):
-        MPCConfig(qpsol="nope")
-    with pytest.raises(InputError, match="fallback"):
-        MPCConfig(fallback="snopt")
-    with pytest.raises(InputError):
-        MPCConfig(dt=0.0)
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"qpsol": "nope"}, "qpsol"),
+        ({"fallback": "snopt"}, "fallback"),
+        ({"dt": 0.0}, "dt"),
+        ({"method": "newton"}, "method"),
+        ({"hessian": "bfgs"}, "hessian"),
+        ({"convexify": "none"}, "convexify"),
+        ({"max_iter": 0}, "max_iter"),
+        ({"max_iter": 2.5}, "max_iter"),
+        ({"tol_du": 0.0}, "tol_du"),
+        ({"w_v": 0.0}, "w_v"),
+        ({"N": 0}, "N"),
+    ],
+)
+def test_config_validation(kwargs, match):
+    with pytest.raises(InputError, match=match):
+        MPCConfig(**kwargs)
 
 
 def test_rotated_window_and_hold_cold_start(mpc):

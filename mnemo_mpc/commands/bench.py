@@ -1,7 +1,8 @@
 """`mnemo-mpc bench <name>`: benchmarks that write one JSON file.
 
 Each benchmark is a module in `mnemo_mpc.bench` registered in `BENCHMARKS` with a one-line help. The module provides
-`add_arguments(parser)` (its own flags), `config_from_args(args)` and `run(config) -> dict`; this command adds the
+`add_arguments(parser)` (its own flags), `config_from_args(args)` and `run(config) -> dict`, optionally
+`report(result) -> str` (what to print) and `after_run(result, args) -> [files]` (figures); this command adds the
 shared `--out`, runs it and writes the JSON atomically. Adding a benchmark = one module + one line here.
 """
 
@@ -31,12 +32,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handler(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from mnemo_mpc.atomic import atomic_write_json
+    from mnemo_mpc.errors import InputError
 
     module = importlib.import_module(args.bench_module)
     config = module.config_from_args(args)
+    out = Path(args.out)
+    if out.is_dir() or not out.parent.exists() and not _can_create(out.parent):
+        raise InputError(f"--out: cannot write {out} (a directory, or its folder cannot be created)")
     result = module.run(config, progress=not args.no_progress)
-    atomic_write_json(args.out, result)
-    print(json.dumps(result.get("modes", result), indent=2))
-    print(f"wrote {args.out}")
+    atomic_write_json(out, result)
+    report = getattr(module, "report", None)
+    print(report(result) if report else json.dumps(result.get("modes", result), indent=2))
+    written = [str(out)] + (module.after_run(result, args) if hasattr(module, "after_run") else [])
+    print("wrote " + ", ".join(written))
     return 0
+
+
+def _can_create(folder) -> bool:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return True

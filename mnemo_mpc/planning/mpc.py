@@ -10,12 +10,18 @@ The paper's planner: "For each MPC step, one instance of trajectory optimization
           |u_k - u_{k-1}| <= (a_max, alpha_max) dt,  with u_{-1} = the current velocity
           esdf(p_k) >= radius + safety_margin (+ a small interpolation buffer),   k = 1..N
 
-with CasADi `sqpmethod` (exact Hessian, QP backend selectable; piqp by default) and IPOPT as the fallback for solves
-the SQP does not finish. The NLP is built once per (N, dt, grid shape): the ESDF enters as the parametric
-coefficients of a bicubic B-spline that interpolates it at the window's cell centres (computed per map by
-`DistanceField.spline_coefficients`), and the window's origin, rotation and resolution enter as parameters that map
-query points into grid coordinates. Start, goal and reference are
-parameters/bounds, so nothing is rebuilt between calls.
+Two methods (`MPCConfig.method`), same problem, same tolerances:
+
+* `"sqp"` (default): the condensed problem (controls only, states by rollout; `nlp.condensed`) solved by our SQP
+  (`mnemo_mpc.planning.sqp`: dense QPs by DAQP, Gauss-Newton far / exact Newton near a solution, round-off-aware
+  line search), with its CasADi functions compiled once per problem shape and cached on disk
+  (`mnemo_mpc.planning.codegen`). A start at the optimum converges in <= 1 iteration, in 0 with its multipliers.
+* `"sqpmethod"`: the multiple-shooting problem (`nlp.multiple_shooting`) under CasADi's `sqpmethod` (exact Hessian,
+  QP backend `qpsol`, piqp by default). With `compile=False` this is the configuration the package shipped before
+  its own SQP, kept as the benchmark's baseline (`bench sqp --baseline`).
+
+IPOPT is the fallback for solves the SQP does not finish. The NLP is built once per (N, dt, grid shape): the ESDF
+enters as a parameter (bicubic B-spline coefficients), so nothing is rebuilt between calls.
 """
 
 from __future__ import annotations
@@ -23,21 +29,25 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
 
 from mnemo_mpc.errors import InfeasibleProblemError, InputError
+from mnemo_mpc.planning import nlp as nlp_forms
+from mnemo_mpc.planning.codegen import BufferedFunction, BuildInfo
 from mnemo_mpc.planning.esdf import DistanceField
+from mnemo_mpc.planning.nlp import SPLINE_PAD, CostWeights
 from mnemo_mpc.planning.robot import RobotModel, unicycle_step
+from mnemo_mpc.planning.sqp import CONVEXIFY, HESSIANS, SQP, SQPOptions
 
 log = logging.getLogger(__name__)
 
-SPLINE_PAD = 3  # cells of extrapolated ESDF around the window, so the spline is defined a little past its edge
-QP_SOLVERS = ("piqp", "qrqp", "osqp", "proxqp", "qpoases", "hpipm")
-# fatrop needs the variables ordered stage by stage and the stage-coupling rate constraints u_k - u_{k-1} folded
-# into an augmented state; that reformulation is not done here, so IPOPT is the one fallback.
+__all__ = ["SPLINE_PAD", "SQPMPC", "MPCConfig", "PlanResult", "WarmStart"]
+
+METHODS = ("sqp", "sqpmethod")
+QP_SOLVERS = ("piqp", "qrqp", "osqp", "proxqp", "qpoases", "hpipm")  # sqpmethod's backends
 FALLBACK_SOLVERS = ("ipopt",)
 
 
@@ -47,13 +57,19 @@ class MPCConfig:
 
     N: int = 30
     dt: float = 0.1
-    qpsol: str = "piqp"
+    method: str = "sqp"
     max_iter: int = 10
     max_iter_ls: int = 10
-    fallback: str | None = "ipopt"
-    fallback_max_iter: int = 200
     tol: float = 1e-6  # primal tolerance of the SQP (max constraint violation)
     tol_du: float = 1e-4  # dual tolerance (max gradient of the Lagrangian; costs are O(1), see the weights)
+    hessian: str = "hybrid"  # method "sqp": see mnemo_mpc.planning.sqp
+    newton_du: float = 0.3  # method "sqp", hybrid Hessian: exact Newton once |grad L|_inf <= this (see README)
+    convexify: str = "clip"  # method "sqp": what to do with an indefinite exact Hessian ("clip" | "reflect")
+    compile: bool = True  # compile the NLP's CasADi functions to C (cached on disk; see planning.codegen)
+    qpsol: str = "piqp"  # method "sqpmethod": its QP backend
+    extra_options: dict = field(default_factory=dict)  # method "sqpmethod": passed verbatim (experiments)
+    fallback: str | None = "ipopt"
+    fallback_max_iter: int = 200
     # Cost weights (see the module docstring).
     w_track: float = 0.1
     w_goal: float = 1.0
@@ -65,28 +81,64 @@ class MPCConfig:
     # The optimiser sees a cubic spline of the ESDF; the feasibility check sees the bilinear field between densified
     # points. The buffer covers the gap between the two so a converged plan also passes the stricter check.
     clearance_buffer: float = 0.01
-    second_order_corrections: bool = False
-    extra_options: dict = field(default_factory=dict)  # passed to sqpmethod verbatim (experiments)
-    convexify: str | None = None  # piqp handles the indefinite exact Hessian here; "regularize" slowed SQP to linear
-    convexify_margin: float = 1e-6
     # Distance within which the terminal heading term is switched on (goal reachable within the horizon).
     heading_radius: float | None = None
     densify: int = 10  # points per step for the clearance check between knots
 
     def __post_init__(self) -> None:
-        if self.N < 1 or not math.isfinite(self.dt) or self.dt <= 0:
-            raise InputError(f"MPCConfig: expected N >= 1 and dt > 0, got N={self.N}, dt={self.dt}")
+        if isinstance(self.N, bool) or not isinstance(self.N, int) or self.N < 1:
+            raise InputError(f"MPCConfig.N: expected an integer >= 1, got {self.N!r}")
+        if not math.isfinite(self.dt) or self.dt <= 0:
+            raise InputError(f"MPCConfig.dt: expected a finite dt > 0, got {self.dt}")
+        if self.method not in METHODS:
+            raise InputError(f"MPCConfig.method: expected one of {METHODS}, got {self.method!r}")
+        if self.hessian not in HESSIANS:
+            raise InputError(f"MPCConfig.hessian: expected one of {HESSIANS}, got {self.hessian!r}")
+        if self.convexify not in CONVEXIFY:
+            raise InputError(f"MPCConfig.convexify: expected one of {CONVEXIFY}, got {self.convexify!r}")
         if self.qpsol not in QP_SOLVERS:
             raise InputError(f"MPCConfig.qpsol: expected one of {QP_SOLVERS}, got {self.qpsol!r}")
         if self.fallback is not None and self.fallback not in FALLBACK_SOLVERS:
             raise InputError(f"MPCConfig.fallback: expected one of {FALLBACK_SOLVERS} or None, got {self.fallback!r}")
-        if self.max_iter < 1:
-            raise InputError(f"MPCConfig.max_iter: expected >= 1, got {self.max_iter}")
+        for name in ("max_iter", "max_iter_ls", "fallback_max_iter", "densify"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "max_iter_ls" else 1):
+                raise InputError(f"MPCConfig.{name}: expected an integer >= 1, got {value!r}")
+        for name in ("tol", "tol_du", "newton_du"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise InputError(f"MPCConfig.{name}: expected a finite number > 0, got {value}")
+        for name in ("w_track", "w_goal", "w_yaw", "w_v", "w_w", "w_dv", "w_dw", "clearance_buffer"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise InputError(f"MPCConfig.{name}: expected a finite number >= 0, got {value}")
+        if min(self.w_v, self.w_w) <= 0:
+            raise InputError("MPCConfig.w_v, w_w: expected > 0 (they keep the Gauss-Newton Hessian positive definite)")
+
+    @property
+    def weights(self) -> CostWeights:
+        return CostWeights(*(getattr(self, f.name) for f in fields(CostWeights)))
+
+    @property
+    def sqp_options(self) -> SQPOptions:
+        return SQPOptions(
+            max_iter=self.max_iter,
+            tol_pr=self.tol,
+            tol_du=self.tol_du,
+            max_iter_ls=self.max_iter_ls,
+            hessian=self.hessian,
+            newton_du=self.newton_du,
+            convexify=self.convexify,
+        )
 
 
 @dataclass
 class WarmStart:
-    """A full primal guess (states (N+1, 3), controls (N, 2)) and, optionally, the duals of a previous solve."""
+    """A start: controls (N, 2), states (N+1, 3) and, optionally, the multipliers of a previous solve.
+
+    The condensed method (`"sqp"`) re-simulates the states from the controls; the multiple-shooting one starts from
+    both. Multipliers are in the solving method's layout (`PlanResult.duals`).
+    """
 
     states: np.ndarray
     controls: np.ndarray
@@ -105,13 +157,14 @@ class PlanResult:
     cost: float
     max_dynamics_violation: float
     min_clearance: float  # along the densified trajectory, bilinear ESDF
-    start: str  # "cold" | "warm" | "shift"
+    start: str  # "cold" | "warm" | "shift" | ...: who made the start
     used_fallback: bool = False
     duals: dict[str, np.ndarray] = field(default_factory=dict)
     dt: float = 0.1
     required_clearance: float = 0.0
     wall_time_s: float = 0.0  # the whole `solve` call: checks, guess, solver, post-checks
     cpu_time_s: float = 0.0  # process CPU time of the solver call(s); less sensitive to other loads than time_s
+    solver_stats: dict[str, Any] = field(default_factory=dict)  # per-phase times of this solve (method "sqp")
 
     @property
     def feasible(self) -> bool:
@@ -125,15 +178,7 @@ class PlanResult:
         states[-1] = np.asarray(unicycle_step(states[-2], controls[-1], self.dt))
         lam_g = lam_x = None
         if with_duals and "lam_g" in self.duals:
-            n = self.controls.shape[0]
-            lg = self.duals["lam_g"]
-            dyn, acc, clr = lg[: 3 * n], lg[3 * n : 5 * n], lg[5 * n :]
-            lam_g = np.concatenate([_shift_blocks(dyn, 3), _shift_blocks(acc, 2), _shift_blocks(clr, 1)])
-            lx = self.duals["lam_x"]
-            xs, us = lx[: 3 * (n + 1)], lx[3 * (n + 1) :]
-            xs = _shift_blocks(xs, 3)
-            xs[:3] = 0.0  # x_0 is fixed by its bounds; its multiplier belongs to the old start
-            lam_x = np.concatenate([xs, _shift_blocks(us, 2)])
+            lam_g, lam_x = _shift_duals(self.duals["lam_g"], self.duals["lam_x"], self.controls.shape[0])
         return WarmStart(states, controls, lam_g, lam_x)
 
 
@@ -141,12 +186,24 @@ def _shift_blocks(v: np.ndarray, size: int) -> np.ndarray:
     return np.concatenate([v[size:], v[-size:]])
 
 
+def _shift_duals(lam_g: np.ndarray, lam_x: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Shift multipliers one stage, per constraint block, in either method's layout (told apart by size)."""
+    if lam_g.size == 3 * n:  # condensed: [rates 2N, clearance N]; bounds on the N controls
+        return np.concatenate([_shift_blocks(lam_g[: 2 * n], 2), _shift_blocks(lam_g[2 * n :], 1)]), _shift_blocks(
+            lam_x, 2
+        )
+    dyn, acc, clr = lam_g[: 3 * n], lam_g[3 * n : 5 * n], lam_g[5 * n :]
+    shifted_g = np.concatenate([_shift_blocks(dyn, 3), _shift_blocks(acc, 2), _shift_blocks(clr, 1)])
+    xs, us = lam_x[: 3 * (n + 1)], lam_x[3 * (n + 1) :]
+    xs = _shift_blocks(xs, 3)
+    xs[:3] = 0.0  # x_0 is fixed by its bounds; its multiplier belongs to the old start
+    return shifted_g, np.concatenate([xs, _shift_blocks(us, 2)])
+
+
 class SQPMPC:
     """The MPC of the module docstring, built once for (N, dt, grid_shape) and solved many times."""
 
     def __init__(self, robot: RobotModel, config: MPCConfig | None = None, grid_shape: tuple[int, int] = (80, 80)):
-        import casadi as ca
-
         self.robot = robot
         self.config = config = config or MPCConfig()
         h, w = int(grid_shape[0]), int(grid_shape[1])
@@ -155,131 +212,68 @@ class SQPMPC:
         self.grid_shape = (h, w)
         n, dt = config.N, config.dt
         self._heading_radius = config.heading_radius if config.heading_radius is not None else robot.v_max * dt * n
-
-        nlp = self._build_nlp(ca)
-        self._nlp = nlp
-        opts = self._solver_options_base()
+        self._fallback_solver: Any = None
+        self.build_info = BuildInfo(False, reason="not requested")
         t0 = time.perf_counter()
-        self._solver = BufferedSolver(ca.nlpsol("mpc_sqp", "sqpmethod", nlp, opts))
-        self._fallback_solver = None
-        log.debug("built SQP MPC N=%d grid=%s in %.2fs", n, self.grid_shape, time.perf_counter() - t0)
-
-        lbu, ubu = robot.control_lower, robot.control_upper
-        self._lbx = np.concatenate([np.full(3 * (n + 1), -np.inf), np.tile(lbu, n)])
-        self._ubx = np.concatenate([np.full(3 * (n + 1), np.inf), np.tile(ubu, n)])
         amax = robot.accel_limits * dt
-        self._lbg = np.concatenate([np.zeros(3 * n), np.tile(-amax, n), np.zeros(n)])
-        self._ubg = np.concatenate([np.zeros(3 * n), np.tile(amax, n), np.full(n, np.inf)])
+        lbu, ubu = np.tile(robot.control_lower, n), np.tile(robot.control_upper, n)
+        form = nlp_forms.condensed if config.method == "sqp" else nlp_forms.multiple_shooting
+        self._nlp = form(n, dt, self.grid_shape, config.weights)
+        self._functions = self._nlp.functions
+        if config.compile:
+            from mnemo_mpc.planning.codegen import compiled
 
-    def _build_nlp(self, ca: Any) -> dict[str, Any]:
-        """The NLP of the module docstring as {"x", "p", "f", "g"}.
-
-        All arithmetic lives in one SX function (fast, exact derivatives); only the gather of each knot's 4x4 spline
-        coefficients from the map parameter needs MX (parametric indexing). The gather is piecewise constant in the
-        knot position, so it adds no derivative terms: the spline's smoothness comes from the SX basis polynomials.
-        """
-        cfg = self.config
-        n, dt = cfg.N, cfg.dt
-        h, w = self.grid_shape
-        rows, cols = h + 2 * SPLINE_PAD, w + 2 * SPLINE_PAD
-        # Parameters: u_prev(2), goal(3), heading_on(1), ref(2N), origin(2), rot(2), inv_res(1), then the ESDF's
-        # cubic B-spline coefficients on the padded window (rows * cols, row-major).
-        self._np_head = 2 + 3 + 1 + 2 * n + 2 + 2 + 1
-        X = ca.SX.sym("X", 3, n + 1)
-        U = ca.SX.sym("U", 2, n)
-        Ph = ca.SX.sym("P", self._np_head)
-        u_prev, goal, heading_on = Ph[0:2], Ph[2:5], Ph[5]
-        ref = ca.reshape(Ph[6 : 6 + 2 * n], 2, n)
-        o = 6 + 2 * n
-        origin, rot, inv_res = Ph[o : o + 2], Ph[o + 2 : o + 4], Ph[o + 4]
-
-        # Rotate into the grid frame and scale to cells; cell (r, c)'s centre is spline knot (c + pad, r + pad).
-        d = X[0:2, 1:] - ca.repmat(origin, 1, n)
-        qx = (rot[0] * d[0, :] + rot[1] * d[1, :]) * inv_res - 0.5 + SPLINE_PAD
-        qy = (-rot[1] * d[0, :] + rot[0] * d[1, :]) * inv_res - 0.5 + SPLINE_PAD
-        qx = ca.fmin(ca.fmax(qx, 1.0), cols - 2.0 - 1e-9)  # keep the 4x4 support inside the padded grid
-        qy = ca.fmin(ca.fmax(qy, 1.0), rows - 2.0 - 1e-9)
-        base = ca.floor(qx) + cols * ca.floor(qy)  # (1, N) flat index of each knot's cell
-        knot_cells = ca.Function("knot_cells", [X, Ph], [base])
-
-        C16 = ca.SX.sym("C16", 16, n)  # gathered coefficients, row a + 4 b for offsets (a - 1, b - 1)
-        bx = _cubic_bspline_basis(qx - ca.floor(qx))  # (4, N)
-        by = _cubic_bspline_basis(qy - ca.floor(qy))
-        weights = ca.vertcat(*[bx * ca.repmat(by[b, :], 4, 1) for b in range(4)])  # (16, N), same row order as C16
-        clr = ca.sum1(C16 * weights).T
-
-        nxt = unicycle_step([X[0, :-1], X[1, :-1], X[2, :-1]], [U[0, :], U[1, :]], dt, ca.cos, ca.sin)
-        dyn = ca.reshape(ca.vertcat(X[0, 1:] - nxt[0], X[1, 1:] - nxt[1], X[2, 1:] - nxt[2]), 3 * n, 1)
-        du = ca.horzcat(U[:, 0] - u_prev, U[:, 1:] - U[:, :-1])  # (2, N)
-        acc = ca.reshape(du, 2 * n, 1)
-
-        track = ca.sumsqr(X[0:2, 1:] - ref)
-        term = ca.sumsqr(X[0:2, n] - goal[0:2])
-        heading = heading_on * (1 - ca.cos(X[2, n] - goal[2]))
-        effort = cfg.w_v * ca.sumsqr(U[0, :]) + cfg.w_w * ca.sumsqr(U[1, :])
-        smooth = cfg.w_dv * ca.sumsqr(du[0, :]) + cfg.w_dw * ca.sumsqr(du[1, :])
-        cost = cfg.w_track * track + cfg.w_goal * term + cfg.w_yaw * heading + effort + smooth
-        g_all = ca.vertcat(dyn, acc, clr)
-        wsx = ca.vertcat(ca.vec(X), ca.vec(U))
-        core = ca.Function("mpc_core", [X, U, Ph, C16], [cost, g_all])
-        # Exact derivatives with the gathered coefficients held fixed: the gather is piecewise constant in the knot
-        # positions, so these are the true first and second derivatives of the spline constraint. Built in SX once;
-        # letting CasADi differentiate the MX graph instead cost ~0.6 ms per SQP iteration here, vs ~0.05 ms.
-        lam_f = ca.SX.sym("lam_f")
-        lam_g = ca.SX.sym("lam_g", g_all.shape[0])
-        grad_f = ca.gradient(cost, wsx)
-        jac_g = ca.jacobian(g_all, wsx)
-        hess = ca.hessian(lam_f * cost + ca.dot(lam_g, g_all), wsx)[0]
-        core_jac = ca.Function("mpc_core_jac", [X, U, Ph, C16], [cost, grad_f, g_all, jac_g])
-        core_hess = ca.Function("mpc_core_hess", [X, U, Ph, C16, lam_f, lam_g], [hess])
-
-        xm = ca.MX.sym("x", wsx.shape[0])
-        Xm = ca.reshape(xm[: 3 * (n + 1)], 3, n + 1)
-        Um = ca.reshape(xm[3 * (n + 1) :], 2, n)
-        P = ca.MX.sym("p", self._np_head + rows * cols)
-        Phm, coeffs = P[: self._np_head], P[self._np_head :]
-        offsets = np.array([a + cols * b for b in range(-1, 3) for a in range(-1, 3)], dtype=float)
-        idx = ca.repmat(ca.DM(offsets), 1, n) + ca.repmat(knot_cells(Xm, Phm), 16, 1)
-        gathered = ca.reshape(coeffs[ca.vec(idx)], 16, n)
-        f, g = core(Xm, Um, Phm, gathered)
-        lfm, lgm = ca.MX.sym("lam_f"), ca.MX.sym("lam_g", g_all.shape[0])
-        self._custom_functions = {
-            "jac_fg": ca.Function(
-                "mpc_jac_fg",
-                [xm, P],
-                list(core_jac(Xm, Um, Phm, gathered)),
-                ["x", "p"],
-                ["f", "grad_f_x", "g", "jac_g_x"],
-            ),
-            "hess_lag": ca.Function(
-                "mpc_hess_l",
-                [xm, P, lfm, lgm],
-                [core_hess(Xm, Um, Phm, gathered, lfm, lgm)],
-                ["x", "p", "lam_f", "lam_g"],
-                ["hess_gamma_x_x"],
-            ),
-        }
-        return {"x": xm, "p": P, "f": f, "g": g}
+            self._functions, self.build_info = compiled(self._functions, f"mpc_{config.method}_N{n}_{h}x{w}")
+        if config.method == "sqp":
+            self._sqp = SQP(nlp_forms.CondensedEvaluator(self._nlp, self._functions), config.sqp_options)
+            self._rollout = BufferedFunction(self._functions["rollout"])
+            self._lbx, self._ubx = lbu, ubu
+            self._lbg = np.concatenate([np.tile(-amax, n), np.zeros(n)])
+            self._ubg = np.concatenate([np.tile(amax, n), np.full(n, np.inf)])
+        else:
+            self._solvers: dict[int, BufferedSolver] = {}
+            self._sqpmethod_totals: dict[int, dict[str, float]] = {}
+            self._lbx = np.concatenate([np.full(3 * (n + 1), -np.inf), lbu])
+            self._ubx = np.concatenate([np.full(3 * (n + 1), np.inf), ubu])
+            self._lbg = np.concatenate([np.zeros(3 * n), np.tile(-amax, n), np.zeros(n)])
+            self._ubg = np.concatenate([np.zeros(3 * n), np.tile(amax, n), np.full(n, np.inf)])
+        self.layout = self._nlp.layout
+        log.debug("built %s MPC N=%d grid=%s in %.2fs", config.method, n, self.grid_shape, time.perf_counter() - t0)
 
     # ------------------------------------------------------------------------------------------------------------
-    def _fallback(self) -> Any:
-        import casadi as ca
-
-        if self._fallback_solver is None:
-            cfg = self.config
-            opts = {
-                "print_time": False,
-                "error_on_fail": False,
-                "calc_lam_p": False,
-                "ipopt": {"print_level": 0, "max_iter": cfg.fallback_max_iter, "tol": 1e-8, "sb": "yes"},
-            }
-            self._fallback_solver = BufferedSolver(ca.nlpsol("mpc_fallback", cfg.fallback, self._nlp, opts))
-        return self._fallback_solver
+    @property
+    def duals_size(self) -> tuple[int, int]:
+        """(len(lam_g), len(lam_x)) of this method's multipliers."""
+        n = self.config.N
+        return (3 * n, 2 * n) if self.config.method == "sqp" else (6 * n, 3 * (n + 1) + 2 * n)
 
     def cold_start(self, state: np.ndarray) -> WarmStart:
         """Hold the current pose with zero controls: dynamically consistent and never through an obstacle."""
         n = self.config.N
         return WarmStart(np.tile(np.asarray(state, dtype=float), (n + 1, 1)), np.zeros((n, 2)))
+
+    def parameters(
+        self,
+        field: DistanceField,
+        state: np.ndarray,
+        velocity: np.ndarray,
+        goal: np.ndarray,
+        reference: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """The NLP parameter vector p of a problem (see `nlp.ParamLayout`); inputs as `solve` takes them."""
+        robot, n = self.robot, self.config.N
+        ref = np.tile(goal[:2], (n, 1)) if reference is None else np.asarray(reference, dtype=float)[1:, :2]
+        dist_goal = float(np.hypot(*(goal[:2] - state[:2])))
+        head = self.layout.head(
+            state,
+            np.clip(velocity, robot.control_lower, robot.control_upper),
+            goal,
+            1.0 if dist_goal <= self._heading_radius else 0.0,
+            ref,
+            field.grid.origin,
+            field.grid.resolution,
+        )
+        return np.concatenate([head, field.spline_coefficients(SPLINE_PAD).reshape(-1)])
 
     def solve(
         self,
@@ -311,15 +305,14 @@ class SQPMPC:
                 f"SQPMPC.solve.field: grid shape {field.shape} differs from the shape {self.grid_shape} the NLP was "
                 "built for; crop with OccupancyGrid.window or build another SQPMPC"
             )
-        if reference is None:
-            ref = np.tile(goal[:2], (n, 1))
-        else:
+        if reference is not None:
             reference = np.asarray(reference, dtype=float)
             if reference.ndim != 2 or reference.shape[0] != n + 1 or reference.shape[1] not in (2, 3):
                 raise InputError(f"SQPMPC.solve.reference: expected shape ({n + 1}, 2 or 3), got {reference.shape}")
             if not np.all(np.isfinite(reference)):
                 raise InputError("SQPMPC.solve.reference: contains NaN or inf")
-            ref = reference[1:, :2]
+        if max_iter is not None and (isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1):
+            raise InputError(f"SQPMPC.solve.max_iter: expected an integer >= 1, got {max_iter!r}")
 
         d0 = float(field.distance(state[:2]))
         if d0 < robot.radius:
@@ -328,183 +321,226 @@ class SQPMPC:
                 f"{robot.radius:.3f} m"
             )
         _check_goal(field, goal)
-        required = robot.clearance
+        guess, label = self._start(state, warm_start, start_label)
         # A start already inside the margin band must still have a feasible problem: never get closer than now.
-        lb_clear = min(required + cfg.clearance_buffer, d0)
-
-        if warm_start is None:
-            guess = self.cold_start(state)
-            label = start_label or "cold"
-        else:
-            guess = warm_start
-            label = start_label or "warm"
-            if guess.states.shape != (n + 1, 3) or guess.controls.shape != (n, 2):
-                raise InputError(
-                    f"SQPMPC.solve.warm_start: expected states ({n + 1}, 3) and controls ({n}, 2), got "
-                    f"{guess.states.shape} and {guess.controls.shape}"
-                )
-        x0 = np.concatenate(
-            [np.asarray(guess.states, float).copy().reshape(-1), np.asarray(guess.controls).reshape(-1)]
-        )
-        x0[:3] = state
-        x0 = _fix_yaw_branch(x0, state[2], n)
-
-        grid = field.grid
-        ox, oy, oyaw = grid.origin
-        dist_goal = float(np.hypot(*(goal[:2] - state[:2])))
-        head = np.concatenate(
-            [
-                np.clip(velocity, robot.control_lower, robot.control_upper),
-                goal,
-                [1.0 if dist_goal <= self._heading_radius else 0.0],
-                ref.reshape(-1),
-                [ox, oy, math.cos(oyaw), math.sin(oyaw), 1.0 / grid.resolution],
-            ]
-        )
-        p = np.concatenate([head, field.spline_coefficients(SPLINE_PAD).reshape(-1)])
-        lbx, ubx = self._lbx.copy(), self._ubx.copy()
-        lbx[:3] = ubx[:3] = state
+        lb_clear = min(robot.clearance + cfg.clearance_buffer, d0)
+        p = self.parameters(field, state, velocity, goal, reference)
         lbg = self._lbg.copy()
         lbg[-n:] = lb_clear
+        solve = self._solve_sqp if cfg.method == "sqp" else self._solve_sqpmethod
+        out = solve(state, guess, p, lbg, cfg.max_iter if max_iter is None else max_iter)
+        if not out["success"] and cfg.fallback is not None:
+            out = self._solve_fallback(out, state, guess, p, lbg)
+        states, controls = out["states"], out["controls"]
+        if not (np.all(np.isfinite(states)) and np.all(np.isfinite(controls))):
+            states, controls = self.robot.rollout(state, guess.controls, cfg.dt), np.array(guess.controls, float)
+            out["success"] = False
+            out["status"] += " (non-finite iterate replaced by the initial guess)"
+        dyn_err = float(np.max(np.abs(robot.step(states[:-1], controls, cfg.dt) - states[1:])))
+        pts = robot.densify(states, controls, cfg.dt, cfg.densify)
+        return PlanResult(
+            states=states,
+            controls=controls,
+            iterations=out["iterations"],
+            time_s=out["time_s"],
+            cpu_time_s=out["cpu_s"],
+            status=out["status"],
+            success=out["success"],
+            cost=out["cost"],
+            max_dynamics_violation=dyn_err,
+            min_clearance=field.min_clearance(pts),
+            start=label,
+            used_fallback=out.get("used_fallback", False),
+            duals=out["duals"],
+            dt=cfg.dt,
+            required_clearance=min(robot.clearance, d0),
+            wall_time_s=time.perf_counter() - t_wall,
+            solver_stats=out.get("stats", {}),
+        )
 
+    # --- internals ----------------------------------------------------------------------------------------------
+    def _start(self, state: np.ndarray, warm_start: WarmStart | None, label: str | None) -> tuple[WarmStart, str]:
+        n = self.config.N
+        if warm_start is None:
+            return self.cold_start(state), label or "cold"
+        ws = warm_start
+        if np.shape(ws.states) != (n + 1, 3) or np.shape(ws.controls) != (n, 2):
+            raise InputError(
+                f"SQPMPC.solve.warm_start: expected states ({n + 1}, 3) and controls ({n}, 2), got "
+                f"{np.shape(ws.states)} and {np.shape(ws.controls)}"
+            )
+        if not (np.all(np.isfinite(ws.states)) and np.all(np.isfinite(ws.controls))):
+            raise InputError("SQPMPC.solve.warm_start: states or controls contain NaN or inf")
+        if (ws.lam_g is None) != (ws.lam_x is None):
+            raise InputError("SQPMPC.solve.warm_start: give both lam_g and lam_x, or neither")
+        if ws.lam_g is not None:
+            want = self.duals_size
+            got = (np.size(ws.lam_g), np.size(ws.lam_x))
+            if got != want:
+                raise InputError(
+                    f"SQPMPC.solve.warm_start: method {self.config.method!r} takes multipliers lam_g ({want[0]}) and "
+                    f"lam_x ({want[1]}), got ({got[0]}) and ({got[1]})"
+                )
+            if not (np.all(np.isfinite(ws.lam_g)) and np.all(np.isfinite(ws.lam_x))):
+                raise InputError("SQPMPC.solve.warm_start: multipliers contain NaN or inf")
+        return ws, label or "warm"
+
+    def _solve_sqp(self, state: np.ndarray, guess: WarmStart, p: np.ndarray, lbg: np.ndarray, max_iter: int) -> dict:
+        t0, c0 = time.perf_counter(), time.process_time()
+        res = self._sqp.solve(
+            np.asarray(guess.controls, dtype=float).reshape(-1),
+            p,
+            self._lbx,
+            self._ubx,
+            lbg,
+            self._ubg,
+            guess.lam_g,
+            guess.lam_x,
+            max_iter=max_iter,
+        )
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+        return {
+            "states": self._states(res.x, p),
+            "controls": res.x.reshape(-1, 2).copy(),
+            "iterations": res.iterations,
+            "success": res.success,
+            "status": res.status,
+            "cost": res.f if math.isfinite(res.f) else float("inf"),
+            "duals": {"lam_g": res.lam_g, "lam_x": res.lam_x} if res.success else {},
+            "time_s": elapsed,
+            "cpu_s": cpu,
+            "stats": res.stats,
+        }
+
+    def _states(self, u: np.ndarray, p: np.ndarray) -> np.ndarray:
+        """The rollout the condensed NLP sees (CasADi's arithmetic, so the plan is exactly what was optimised)."""
+        out = self._rollout(x=u, head=p[: self.layout.head_size])["states"]
+        return out.reshape(self.config.N + 1, 3).copy()
+
+    def _sqpmethod(self, max_iter: int) -> BufferedSolver:
+        import casadi as ca
+
+        if max_iter not in self._solvers:
+            cfg = self.config
+            opts: dict[str, Any] = {
+                "qpsol": cfg.qpsol,
+                "hessian_approximation": "exact",
+                "max_iter": int(max_iter),
+                "max_iter_ls": cfg.max_iter_ls,
+                "tol_pr": cfg.tol,
+                "tol_du": cfg.tol_du,
+                "print_time": False,
+                "print_iteration": False,
+                "print_header": False,
+                "print_status": False,
+                "error_on_fail": False,
+                # lam_p is the sensitivity to the ~7k map parameters: costly and unused.
+                "calc_lam_p": False,
+                "qpsol_options": _qpsol_options(cfg.qpsol),
+            }
+            opts.update(self._functions)
+            opts.update(cfg.extra_options)
+            self._solvers[max_iter] = BufferedSolver(ca.nlpsol(f"mpc_sqp_{max_iter}", "sqpmethod", self._nlp.nlp, opts))
+        return self._solvers[max_iter]
+
+    def _solve_sqpmethod(
+        self, state: np.ndarray, guess: WarmStart, p: np.ndarray, lbg: np.ndarray, max_iter: int
+    ) -> dict:
+        n = self.config.N
+        x0 = np.concatenate([np.asarray(guess.states, float).reshape(-1), np.asarray(guess.controls).reshape(-1)])
+        x0[:3] = state
+        x0 = _fix_yaw_branch(x0, state[2], n)
+        lbx, ubx = self._lbx.copy(), self._ubx.copy()
+        lbx[:3] = ubx[:3] = state
         args: dict[str, Any] = {"x0": x0, "p": p, "lbx": lbx, "ubx": ubx, "lbg": lbg, "ubg": self._ubg}
-        if guess.lam_g is not None and guess.lam_x is not None:
-            args["lam_g0"] = guess.lam_g
-            args["lam_x0"] = guess.lam_x
-        solver = self._solver
-        opts_iter = max_iter if max_iter is not None else cfg.max_iter
-        if opts_iter != cfg.max_iter:
-            solver = self._solver_with_max_iter(opts_iter)
+        if guess.lam_g is not None:
+            args["lam_g0"], args["lam_x0"] = guess.lam_g, guess.lam_x
+        solver = self._sqpmethod(max_iter)
         t0, c0 = time.perf_counter(), time.process_time()
         sol = solver(**args)
         elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
         stats = solver.stats()
-        iterations = int(stats.get("iter_count", 0))
-        status = str(stats.get("return_status", "unknown"))
-        success = bool(stats.get("success", False))
-        used_fallback = False
-        z = np.asarray(sol["x"]).reshape(-1)
-        if not success and cfg.fallback is not None:
-            fb = self._fallback()
-            t1, c1 = time.perf_counter(), time.process_time()
-            sol_fb = fb(**{k: v for k, v in args.items() if k not in ("lam_g0", "lam_x0")})
-            elapsed += time.perf_counter() - t1
-            cpu += time.process_time() - c1
-            fb_stats = fb.stats()
-            used_fallback = True
-            if fb_stats.get("success", False):
-                sol, success = sol_fb, True
-                z = np.asarray(sol["x"]).reshape(-1)
-                status = f"{cfg.fallback}: {fb_stats.get('return_status', '')}"
-            else:
-                status = f"{status}; {cfg.fallback}: {fb_stats.get('return_status', 'failed')}"
-        if not np.all(np.isfinite(z)):
-            z, success = x0, False
-            status += " (non-finite iterate replaced by the initial guess)"
-        states = z[: 3 * (n + 1)].reshape(n + 1, 3)
-        controls = z[3 * (n + 1) :].reshape(n, 2)
-        cost = float(sol["f"][0]) if np.isfinite(sol["f"][0]) else float("inf")
-        duals = {}
-        lam_g, lam_x = np.asarray(sol["lam_g"]).reshape(-1), np.asarray(sol["lam_x"]).reshape(-1)
-        if np.all(np.isfinite(lam_g)) and np.all(np.isfinite(lam_x)):
-            duals = {"lam_g": lam_g, "lam_x": lam_x}
-        dyn_err = float(np.max(np.abs(robot.step(states[:-1], controls, cfg.dt) - states[1:])))
-        pts = robot.densify(states, controls, cfg.dt, cfg.densify)
-        min_clear = field.min_clearance(pts)
-        return PlanResult(
-            states=states,
-            controls=controls,
-            iterations=iterations,
-            time_s=elapsed,
-            cpu_time_s=cpu,
-            status=status,
-            success=success,
-            cost=cost,
-            max_dynamics_violation=dyn_err,
-            min_clearance=min_clear,
-            start=label,
-            used_fallback=used_fallback,
-            duals=duals,
-            dt=cfg.dt,
-            required_clearance=min(required, d0),
-            wall_time_s=time.perf_counter() - t_wall,
+        # Through Function.buffer() CasADi accumulates its timing statistics across calls: keep this call's share.
+        totals = {k: v for k, v in stats.items() if k.startswith(("t_wall_", "t_proc_", "n_call_"))}
+        last = self._sqpmethod_totals.get(max_iter, {})
+        this = {k: v - last.get(k, 0.0) for k, v in totals.items()}
+        self._sqpmethod_totals[max_iter] = totals
+        stats.update(this)
+        stats.update(
+            t_derivatives_s=this.get("t_wall_nlp_jac_fg", 0.0) + this.get("t_wall_nlp_hess_l", 0.0),
+            t_qp_s=this.get("t_wall_QP", 0.0),
+            t_linesearch_s=this.get("t_wall_linesearch", 0.0),
+            t_total_s=elapsed,
         )
+        z = np.asarray(sol["x"]).reshape(-1)
+        lam_g, lam_x = sol["lam_g"], sol["lam_x"]
+        finite = np.all(np.isfinite(lam_g)) and np.all(np.isfinite(lam_x))
+        return {
+            "states": z[: 3 * (n + 1)].reshape(n + 1, 3),
+            "controls": z[3 * (n + 1) :].reshape(n, 2),
+            "iterations": int(stats.get("iter_count", 0)),
+            "success": bool(stats.get("success", False)),
+            "status": str(stats.get("return_status", "unknown")),
+            "cost": float(sol["f"][0]) if np.isfinite(sol["f"][0]) else float("inf"),
+            "duals": {"lam_g": lam_g, "lam_x": lam_x} if finite else {},
+            "time_s": elapsed,
+            "cpu_s": cpu,
+            "stats": stats,
+            "args": args,
+        }
 
-    def _solver_with_max_iter(self, max_iter: int) -> Any:
-        # A different iteration cap is a different solver object; cache them (no NLP rebuild: same expressions).
+    def _solve_fallback(self, out: dict, state: np.ndarray, guess: WarmStart, p: np.ndarray, lbg: np.ndarray) -> dict:
+        """IPOPT on the same NLP from the same start; keeps the SQP's figures when IPOPT fails too."""
         import casadi as ca
 
-        cache = self.__dict__.setdefault("_solver_cache", {})
-        if max_iter not in cache:
-            opts = dict(self._solver_options_base())
-            opts["max_iter"] = int(max_iter)
-            cache[max_iter] = BufferedSolver(ca.nlpsol(f"mpc_sqp_{max_iter}", "sqpmethod", self._nlp, opts))
-        return cache[max_iter]
-
-    def _solver_options_base(self) -> dict[str, Any]:
         cfg = self.config
-        opts: dict[str, Any] = {
-            "qpsol": cfg.qpsol,
-            "hessian_approximation": "exact",
-            "max_iter": cfg.max_iter,
-            "max_iter_ls": cfg.max_iter_ls,
-            "tol_pr": cfg.tol,
-            "tol_du": cfg.tol_du,
-            "print_time": False,
-            "print_iteration": False,
-            "print_header": False,
-            "print_status": False,
-            "error_on_fail": False,
-            # lam_p is the sensitivity to the ~7k map parameters: costly and unused.
-            "calc_lam_p": False,
-            "qpsol_options": _qpsol_options(cfg.qpsol),
-        }
-        if cfg.convexify:
-            opts["convexify_strategy"] = cfg.convexify
-            opts["convexify_margin"] = cfg.convexify_margin
-        if cfg.second_order_corrections:
-            opts["second_order_corrections"] = True
-        opts.update(getattr(self, "_custom_functions", {}))
-        opts.update(cfg.extra_options)
-        return opts
+        if self._fallback_solver is None:
+            opts = {
+                "print_time": False,
+                "error_on_fail": False,
+                "calc_lam_p": False,
+                "ipopt": {"print_level": 0, "max_iter": cfg.fallback_max_iter, "tol": 1e-8, "sb": "yes"},
+            }
+            self._fallback_solver = BufferedSolver(ca.nlpsol("mpc_fallback", cfg.fallback, self._nlp.nlp, opts))
+        if cfg.method == "sqp":
+            args = {"x0": np.asarray(guess.controls, float).reshape(-1), "p": p, "lbx": self._lbx, "ubx": self._ubx}
+            args.update(lbg=lbg, ubg=self._ubg)
+        else:
+            args = {k: v for k, v in out["args"].items() if k not in ("lam_g0", "lam_x0")}
+        t0, c0 = time.perf_counter(), time.process_time()
+        sol = self._fallback_solver(**args)
+        out = dict(out, used_fallback=True)
+        out["time_s"] += time.perf_counter() - t0
+        out["cpu_s"] += time.process_time() - c0
+        stats = self._fallback_solver.stats()
+        if not stats.get("success", False):
+            out["status"] = f"{out['status']}; {cfg.fallback}: {stats.get('return_status', 'failed')}"
+            return out
+        z = np.asarray(sol["x"]).reshape(-1)
+        n = cfg.N
+        if cfg.method == "sqp":
+            out["states"], out["controls"] = self._states(z, p), z.reshape(n, 2).copy()
+        else:
+            out["states"], out["controls"] = z[: 3 * (n + 1)].reshape(n + 1, 3), z[3 * (n + 1) :].reshape(n, 2)
+        out.update(success=True, status=f"{cfg.fallback}: {stats.get('return_status', '')}", duals={})
+        out["cost"] = float(sol["f"][0])
+        return out
 
     def with_config(self, **changes: Any) -> SQPMPC:
         """A new MPC with some config fields changed (builds a new NLP)."""
         return SQPMPC(self.robot, replace(self.config, **changes), self.grid_shape)
 
 
-def _cubic_bspline_basis(t: Any) -> Any:
-    """The four uniform cubic B-spline weights for the knots at -1, 0, 1, 2 relative to floor(q), t in [0, 1)."""
-    import casadi as ca
+class BufferedSolver(BufferedFunction):
+    """A CasADi nlpsol called through `Function.buffer()` (see `BufferedFunction`); omitted inputs are zero, as in
+    CasADi's default for the initial guess and multipliers."""
 
-    t2, t3 = t * t, t * t * t
-    return ca.vertcat((1 - t) ** 3 / 6, (3 * t3 - 6 * t2 + 4) / 6, (-3 * t3 + 3 * t2 + 3 * t + 1) / 6, t3 / 6)
-
-
-class BufferedSolver:
-    """Calls a CasADi nlpsol through `Function.buffer()`: inputs and outputs are numpy arrays CasADi reads and writes
-    in place. The ordinary call converts each numpy argument element by element; for the ~7k map coefficients that
-    cost more than the SQP itself (~3 ms on this machine vs ~10 us here)."""
-
-    def __init__(self, function: Any) -> None:
-        self.function = function
-        self._buffer, self._trigger = function.buffer()
-        self._in = {n: np.zeros(function.sparsity_in(i).nnz()) for i, n in enumerate(function.name_in())}
-        self._out = {n: np.zeros(function.sparsity_out(i).nnz()) for i, n in enumerate(function.name_out())}
-        for i, n in enumerate(function.name_in()):
-            self._buffer.set_arg(i, memoryview(self._in[n]))
-        for i, n in enumerate(function.name_out()):
-            self._buffer.set_res(i, memoryview(self._out[n]))
-
-    def __call__(self, **args: np.ndarray) -> dict[str, np.ndarray]:
-        for name, arr in self._in.items():
+    def __call__(self, **args: Any) -> dict[str, np.ndarray]:
+        for name, arr in self.inputs.items():
             value = args.get(name)
-            if value is None:
-                arr[:] = 0.0  # CasADi's default for an omitted input (initial guess / multipliers)
-            else:
-                arr[:] = np.asarray(value, dtype=float).reshape(-1)
+            arr[:] = 0.0 if value is None else np.asarray(value, dtype=float).reshape(-1)
         self._trigger()
-        return {name: arr.copy() for name, arr in self._out.items()}
+        return {name: arr.copy() for name, arr in self.outputs.items()}
 
     def stats(self) -> dict[str, Any]:
         # CasADi can raise while assembling the stats of a solve that failed inside the QP; report that as a failure.

@@ -63,7 +63,7 @@ class NavNode(Node):
         self.plan_pub = self.create_publisher(Path, p.local_plan_topic, 1)
         self.create_timer(1.0 / p.control_rate_hz, self._tick)
         self.get_logger().info(
-            f"mnemo_mpc local planner: N={p.horizon_steps}, dt={p.dt}, qpsol={p.qpsol}, {p.control_rate_hz} Hz, "
+            f"mnemo_mpc local planner: N={p.horizon_steps}, dt={p.dt}, {p.sqp_method}, {p.control_rate_hz} Hz, "
             f"grid '{p.grid_topic}', odom '{p.odom_topic}', goal '{p.goal_topic}' in frame '{p.frame_id}'"
         )
 

@@ -50,7 +50,8 @@ class NavParams:
     # MPC (see mnemo_mpc.planning.mpc.MPCConfig)
     horizon_steps: int = _p(30, "MPC horizon N")
     dt: float = _p(0.1, "MPC step [s]")
-    qpsol: str = _p("piqp", "CasADi QP solver inside sqpmethod")
+    sqp_method: str = _p("sqp", "'sqp' (condensed NLP, compiled, DAQP) or 'sqpmethod' (CasADi's, multiple shooting)")
+    qpsol: str = _p("piqp", "QP backend of CasADi's sqpmethod (sqp_method: sqpmethod)")
     max_iter: int = _p(10, "SQP iteration cap per control step (paper: 10)")
     fallback_solver: str = _p("ipopt", "NLP solver for failed SQP solves ('' to disable)")
     unknown_policy: str = _p("occupied", "how unknown grid cells count for clearance: 'occupied' or 'free'")
@@ -67,6 +68,8 @@ class NavParams:
             raise InputError(
                 f"parameters horizon_steps >= 2 and max_iter >= 1 expected, got {self.horizon_steps}, {self.max_iter}"
             )
+        if self.sqp_method not in ("sqp", "sqpmethod"):
+            raise InputError(f"parameter sqp_method: expected 'sqp' or 'sqpmethod', got {self.sqp_method!r}")
         if self.unknown_policy not in ("occupied", "free"):
             raise InputError(f"parameter unknown_policy: expected 'occupied' or 'free', got {self.unknown_policy!r}")
 
@@ -128,6 +131,7 @@ class NavParams:
         return MPCConfig(
             N=self.horizon_steps,
             dt=self.dt,
+            method=self.sqp_method,
             qpsol=self.qpsol,
             max_iter=self.max_iter,
             fallback=self.fallback_solver or None,
