@@ -143,8 +143,10 @@ def test_condensing_equals_the_symbolic_derivatives_of_the_single_shooting_probl
         u, lam = rng.uniform(-0.3, 0.5, 2 * n), rng.normal(size=3 * n)
         f0, grad0, g0, jac0, hess0, gn0 = (np.asarray(v) for v in oracle(u, p, lam))
         ev.set_parameters(p)
-        f, grad, g, jac = ev.evaluate(u)
+        f, g, grad_lag = ev.lagrangian(u, lam)
         assert abs(f - f0.item()) <= 1e-12 * max(1.0, abs(f))
+        np.testing.assert_allclose(grad_lag, grad0.ravel() + jac0.T @ lam, atol=1e-12)
+        grad, jac = ev.derivatives(u)
         np.testing.assert_allclose(grad, grad0.ravel(), atol=1e-12)
         np.testing.assert_allclose(g, g0.ravel(), atol=1e-12)
         np.testing.assert_allclose(jac, jac0, atol=1e-12)
@@ -163,9 +165,11 @@ class _Quadratic:
     def set_parameters(self, p):
         pass
 
-    def evaluate(self, x):
-        self.x = x
-        return 0.5 * float((x - self.c) @ (x - self.c)), x - self.c, np.array([x.sum()]), np.ones((1, 2))
+    def lagrangian(self, x, lam_g):
+        return 0.5 * float((x - self.c) @ (x - self.c)), np.array([x.sum()]), x - self.c + lam_g[0]
+
+    def derivatives(self, x):
+        return x - self.c, np.ones((1, 2))
 
     def hessian(self, lam_g, exact):
         return np.eye(2)

@@ -182,29 +182,32 @@ def _gather_coefficients(cells: Any, coeffs: Any, n: int, cols: int) -> Any:
 class CondensedNLP:
     """min_U |r(X(U), U)|^2  s.t.  lbg <= g(U) = [rates (2N); clearance (N)] <= ubg,  lbu <= U <= ubu.
 
-    Condensing: with w = (x_1..x_N, U) the multiple-shooting variables evaluated at X(U) and Z = dw/dU = [S; I],
-    S = dvec(X_1..N)/dU the rollout's sensitivity,
+    X(U) = (x_1..x_N) is the rollout x_{k+1} = F(x_k, u_k) from the current state x_0. With S = dX/dU (the rollout's
+    sensitivity, by the forward recursion S_{k+1} = A_k S_k + B_k e_k, A_k, B_k = dF/dx, dF/du at stage k) and the
+    adjoint a_k = dl/dx_k + A_k^T a_{k+1} (a_{N+1} = 0) of l = f + lam^T g, the condensed derivatives are
 
-        grad f = Z^T df/dw,   jac g = dg/dw Z,   J_r = dr/dw Z,   hess L = Z^T H_w Z,
+        grad L = dl/dU + (B_k^T a_{k+1})_k,    jac g = dg/dU + dg/dX S,    hess L = Z^T H_w Z,  Z = [S; I],
 
-    where H_w is the Hessian of the multiple-shooting Lagrangian f + mu^T (x_{k+1} - F(x_k, u_k)) + lam_g^T g with mu
-    the adjoint multipliers of lam_g at X(U) (stationarity in the states): at a point that satisfies the dynamics
-    this is exactly the Hessian of the condensed Lagrangian. The w-space derivatives are sparse and O(N) in SX; the
-    gradient and constraint Jacobian are condensed in SX too (`eval`), the two Hessians in `CondensedEvaluator`
-    (one sparse x dense and one dense x dense product). CasADi's derivatives of the composed expressions were ~100x
-    larger (228k instructions for the Hessian, minutes to compile, slow from cold caches).
+    where H_w is the Hessian of the multiple-shooting Lagrangian l + mu^T (x_{k+1} - F(x_k, u_k)) in w = (X, U) with
+    mu_k = -a_{k+1}: at a point that satisfies the dynamics that is exactly the Hessian of the condensed Lagrangian.
+    H_w has stage structure: 3x3 blocks per x_k, 3x2 blocks coupling x_k and u_k, 2x2 blocks per u_k, plus the
+    constant Hessian of the control costs. Every per-knot (spline clearance, tracking) and per-stage (dynamics)
+    derivative is a small SX function applied with CasADi's `map`/`mapaccum`, so the compiled code is a few loops:
+    unrolled over the horizon it was ~1.5 MB of C (20 s to build, and slow from cold caches).
 
-    Functions (inputs x = vec(U) (2N), p): `eval` -> f, grad_f, g (3N), jac_g^T, S^T; `hess_w` (+ lam_g) -> H_w
-    (sparse; mu computed inside); `jac_r_w` -> dr_x/dw (sparse; the state residuals, the control ones' part is
-    the constant `gn_hess_u`); `fg` -> f, g (the line search's merit);
-    `rollout` -> X (3, N+1) from (x, head).
+    Functions (inputs x = vec(U) (2N), p; lam_g (3N) where stated):
+    `check` (+ lam_g) -> f, g, grad_x (f + lam_g^T g): the convergence test (no S);
+    `eval` -> grad_f, jac_g^T, S^T, and the terminal residuals' Jacobian (3 x 3, for Gauss-Newton), before a QP;
+    `hess_w` (+ lam_g) -> the blocks of H_w: hxx (3 x 3N, x_1..x_N), hxu (3 x 2N, x_k with u_k), huu (2 x 2N, u_k);
+    `fg` -> f, g (the line search's merit); `rollout` -> X (3, N+1) from (x, head).
+    Constants: `hess_u`, the control costs' Hessian (2N x 2N), and `w_track` (Gauss-Newton's tracking rows).
     """
 
     N: int
     layout: ParamLayout
     functions: dict[str, Any]
-    sparsity: dict[str, Any]  # CasADi Sparsity of the sparse outputs hess_w and jac_r_w (rows x 5N)
-    gn_hess_u: np.ndarray  # 2 J_{r_u}^T J_{r_u}: the constant Gauss-Newton Hessian of the control residuals
+    hess_u: np.ndarray
+    w_track: float
     nlp: dict[str, Any]
 
     @property
@@ -219,91 +222,152 @@ class CondensedNLP:
 def condensed(n: int, dt: float, grid_shape: tuple[int, int], weights: CostWeights) -> CondensedNLP:
     layout = ParamLayout(n, grid_shape)
     rows, cols = layout.spline_shape
-    u = ca.SX.sym("u", 2 * n)
-    U = ca.reshape(u, 2, n)
-    head = ca.SX.sym("head", layout.head_size)
-    h = _unpack_head(head, n)
-    c16 = ca.SX.sym("c16", 16, n)
-    X = _rollout(h["state"], U, dt)
-    x1 = ca.vec(X[:, 1:])
-    sens = ca.jacobian(x1, u)  # (3N, 2N), block lower triangular
+    w = weights
 
-    # The problem in multiple-shooting variables (Xs, U): partial derivatives are O(N) and sparse.
-    Xs = ca.SX.sym("Xs", 3, n + 1)
-    xs1 = ca.vec(Xs[:, 1:])
-    qx, qy = _spline_coordinates(Xs[0:2, 1:], h, layout.spline_shape)
+    # --- small SX building blocks -------------------------------------------------------------------------------
+    xs, us, a = ca.SX.sym("x", 3), ca.SX.sym("u", 2), ca.SX.sym("a", 3)
+    f_step = ca.vertcat(*unicycle_step(xs, us, dt, ca.cos, ca.sin))
+    step = ca.Function("mpc_step", [xs, us], [f_step])
+    stage_ab = ca.Function("mpc_stage_ab", [xs, us], [ca.jacobian(f_step, xs), ca.jacobian(f_step, us)])
+    xu = ca.vertcat(xs, us)
+    curv = ca.hessian(ca.dot(a, f_step), xu)[0]  # a^T d2F: the dynamics' curvature weighted by the adjoint
+    stage_curv = ca.Function("mpc_stage_curv", [xs, us, a], [curv[:3, :3], curv[:3, 3:], curv[3:, 3:]])
+    s_k, a_k, b_k, e_k = ca.SX.sym("S", 3, 2 * n), ca.SX.sym("A", 3, 3), ca.SX.sym("B", 3, 2), ca.SX.sym("E", 2, 2 * n)
+    sens_step = ca.Function("mpc_sens_step", [s_k, a_k, b_k, e_k], [a_k @ s_k + b_k @ e_k])
+    l_k = ca.SX.sym("l", 3)
+    adjoint_step = ca.Function("mpc_adjoint_step", [a, l_k, a_k], [l_k + a_k.T @ a])
+    bta = ca.Function("mpc_bta", [b_k, a], [b_k.T @ a])
+    dcs = ca.SX.sym("dc", 3)
+    jac_row = ca.Function("mpc_jac_row", [dcs, s_k], [dcs.T @ s_k])
+
+    # Per knot: tracking cost and spline clearance at x_k, with derivatives in x_k (c16: the knot's coefficients).
+    geom, ref_k, c16, lam_c = ca.SX.sym("geom", 5), ca.SX.sym("ref", 2), ca.SX.sym("c16", 16), ca.SX.sym("lam_c")
+    hk = {"origin": geom[0:2], "rot": geom[2:4], "inv_res": geom[4]}
+    qx, qy = _spline_coordinates(xs[0:2], hk, layout.spline_shape)
     clearance = _spline_clearance(qx, qy, c16)
-    g_s = ca.vertcat(ca.vec(_rates(U, h["u_prev"])), clearance)
-    r_x, r_u = cost_residuals(Xs, U, h, weights)
-    f_s = ca.sumsqr(r_x) + ca.sumsqr(r_u)
-    jr_u = ca.jacobian(r_u, u)  # constant (r_u is linear in U)
-    gn_hess_u = np.array(ca.evalf(ca.densify(2.0 * jr_u.T @ jr_u)))
-    lam_g = ca.SX.sym("lam_g", g_s.shape[0])
-    w = ca.vertcat(xs1, u)  # multiple-shooting variables (x_1..x_N, U)
-    partials = ca.Function(
-        "mpc_partials",
-        [Xs, u, head, c16, lam_g],
-        [
-            f_s,
-            ca.gradient(f_s, w),
-            g_s,
-            ca.jacobian(g_s, w),
-            ca.jacobian(r_x, w),
-            ca.gradient(f_s + ca.dot(lam_g, g_s), xs1),
-        ],
+    cell = ca.floor(qx) + cols * ca.floor(qy)
+    f_track = w.w_track * ca.sumsqr(xs[0:2] - ref_k)
+    knot_cell = ca.Function("mpc_knot_cell", [xs, geom], [cell])
+    knot_val = ca.Function("mpc_knot_val", [xs, c16, geom, ref_k], [f_track, clearance])
+    knot_grad = ca.Function(
+        "mpc_knot_grad",
+        [xs, c16, geom, ref_k],
+        [f_track, clearance, ca.gradient(f_track, xs), ca.gradient(clearance, xs)],
     )
-    f, df_dw, g, dg_dw, dr_dw, dl_dx = partials(X, u, head, c16, lam_g)
+    knot_hess = ca.Function(
+        "mpc_knot_hess", [xs, c16, geom, ref_k, lam_c], [ca.hessian(f_track + lam_c * clearance, xs)[0]]
+    )
 
-    # Adjoint of the dynamics: stationarity in x_j gives mu_{j-1} = A_j^T mu_j - dl/dx_j (mu_N = 0, A_j = dF/dx_j).
-    xk, uk = ca.SX.sym("xk", 3), ca.SX.sym("uk", 2)
-    step_expr = ca.vertcat(*unicycle_step(xk, uk, dt, ca.cos, ca.sin))
-    step = ca.Function("mpc_step", [xk, uk], [step_expr])
-    step_a = ca.Function("mpc_step_a", [xk, uk], [ca.jacobian(step_expr, xk)])
-    mus = []
-    mu_j = ca.SX.zeros(3)
-    for j in range(n, 0, -1):
-        a_j = step_a(X[:, j], U[:, j]) if j < n else ca.SX.zeros(3, 3)
-        mu_j = a_j.T @ mu_j - dl_dx[3 * (j - 1) : 3 * j]
-        mus.append(mu_j)
-    mu = ca.vertcat(*reversed(mus))  # mu[3k:3k+3] multiplies x_{k+1} - F(x_k, u_k)
-    dyn = ca.vec(Xs[:, 1:] - ca.horzcat(*[step(Xs[:, k], U[:, k]) for k in range(n)]))
-    mu_s = ca.SX.sym("mu", 3 * n)
-    lagrangian_hessian = ca.Function(
-        "mpc_lagrangian_hessian",
-        [Xs, u, head, c16, mu_s, lam_g],
-        [ca.hessian(f_s + ca.dot(mu_s, dyn) + ca.dot(lam_g, g_s), w)[0]],
+    # Terminal: goal position and heading; controls: effort and rate smoothness (quadratic in U).
+    goal, h_on = ca.SX.sym("goal", 3), ca.SX.sym("heading_on")
+    r_t = ca.vertcat(
+        np.sqrt(w.w_goal) * (xs[0:2] - goal[0:2]),
+        # h in {0, 1}: h sqrt(2 w) is sqrt(2 w h) without a square root of the parameter (AD through the parameter
+        # path would multiply its infinite slope at h = 0 by a zero seed: NaN in IPOPT's Hessian).
+        h_on * np.sqrt(2.0 * w.w_yaw) * ca.sin(0.5 * (xs[2] - goal[2])),
     )
-    hess_xu = lagrangian_hessian(X, u, head, c16, mu, lam_g)
-    qx_u, qy_u = _spline_coordinates(X[0:2, 1:], h, layout.spline_shape)
-    knot_cells = ca.Function("mpc_knot_cells", [u, head], [ca.floor(qx_u) + cols * ca.floor(qy_u)])
-    z = ca.vertcat(sens, ca.SX.eye(2 * n))  # dw/dU
+    f_t = ca.sumsqr(r_t)
+    terminal = ca.Function(
+        "mpc_terminal",
+        [xs, goal, h_on],
+        [f_t, ca.gradient(f_t, xs), ca.hessian(f_t, xs)[0], ca.jacobian(r_t, xs)],
+    )
+    u_all, u_prev = ca.SX.sym("U", 2, n), ca.SX.sym("u_prev", 2)
+    u_vec = ca.vec(u_all)
+    rates = ca.vec(_rates(u_all, u_prev))
+    r_u = ca.vertcat(
+        np.sqrt(w.w_v) * u_all[0, :].T,
+        np.sqrt(w.w_w) * u_all[1, :].T,
+        np.sqrt(w.w_dv) * rates[0::2],
+        np.sqrt(w.w_dw) * rates[1::2],
+    )
+    f_u = ca.sumsqr(r_u)
+    lam_r = ca.SX.sym("lam_r", 2 * n)
+    controls = ca.Function(
+        "mpc_controls",
+        [u_all, u_prev, lam_r],
+        [f_u, rates, ca.gradient(f_u, u_vec), ca.gradient(ca.dot(lam_r, rates), u_vec)],
+    )
+    jr_u = ca.jacobian(r_u, u_vec)  # constant: r_u is linear in U
+    hess_u = np.array(ca.evalf(ca.densify(2.0 * jr_u.T @ jr_u)))
+    rates_jac = np.array(ca.evalf(ca.densify(ca.jacobian(rates, u_vec))))
+
+    # --- the MX graphs -------------------------------------------------------------------------------------------
+    um, p, lam = ca.MX.sym("x", 2 * n), ca.MX.sym("p", layout.size), ca.MX.sym("lam_g", 3 * n)
+    head, coeffs = p[: layout.head_size], p[layout.head_size :]
+    h = _unpack_head(head, n)
+    geom_m = ca.vertcat(h["origin"], h["rot"], h["inv_res"])
+    U = ca.reshape(um, 2, n)
+    x1 = step.mapaccum("mpc_rollout_acc", n)(h["state"], U)  # (3, N): x_1..x_N
+    x_prev = ca.horzcat(h["state"], x1[:, : n - 1])  # x_0..x_{N-1}
+    c16_all = _gather_coefficients(knot_cell.map(n)(x1, geom_m), coeffs, n, cols)
+    lam_rates, lam_clr = lam[: 2 * n], lam[2 * n :]
+
+    # values only (the merit and the convergence test's f, g)
+    ft_v, clr_v = knot_val.map(n)(x1, c16_all, geom_m, h["ref"])
+    fu_v, rates_v, dfu_v, _ = controls(U, h["u_prev"], ca.MX.zeros(2 * n))
+    f_val = ca.sum2(ft_v) + terminal(x1[:, n - 1], h["goal"], h["heading_on"])[0] + fu_v
+    g_val = ca.vertcat(rates_v, clr_v.T)
+    # first and second derivatives
+    _, _, dft, dclr = knot_grad.map(n)(x1, c16_all, geom_m, h["ref"])  # (3, N) each
+    _, dfT, d2fT, jT = terminal(x1[:, n - 1], h["goal"], h["heading_on"])
+    _, _, dfu, dlam_rates = controls(U, h["u_prev"], lam_rates)
+    a_all, b_all = stage_ab.map(n)(x_prev, U)  # A_0..A_{N-1} (3 x 3N), B_0..B_{N-1} (3 x 2N)
+    # dl/dx_k for the adjoint: tracking + terminal + lam_clr clearance
+    terminal_col = ca.horzcat(ca.MX.zeros(3, n - 1), dfT)
+    l_x = dft + terminal_col + dclr * ca.repmat(lam_clr.T, 3, 1)
+    # backward recursion over k = N..1 with A_N = 0 (x_N feeds no stage)
+    a_rev = ca.horzcat(ca.MX.zeros(3, 3), _reverse_blocks(a_all, n, 3)[:, : 3 * (n - 1)])  # A_N := 0, A_{N-1}..A_1
+    adj_rev = adjoint_step.mapaccum("mpc_adjoint_acc", n)(ca.MX.zeros(3, 1), _reverse_cols(l_x, n), a_rev)
+    adj = _reverse_cols(adj_rev, n)  # a_1..a_N
+    grad_lag = dfu + dlam_rates + ca.vec(bta.map(n)(b_all, adj))
+
+    # S = dX/dU by the forward recursion; J rows of the clearance: dc/dx_k S_k.
+    e_all = ca.DM(np.hstack([np.eye(2 * n)[2 * k : 2 * k + 2] for k in range(n)]))  # (2, 2N * N): e_k selects u_k
+    s_rows = sens_step.mapaccum("mpc_sens_acc", n)(ca.DM.zeros(3, 2 * n), a_all, b_all, e_all)  # [S_1 .. S_N]
+    sens = ca.vertcat(*ca.horzsplit(s_rows, 2 * n))  # (3N, 2N)
+    grad_x = dft + terminal_col  # df/dx_k
+    grad_f = dfu_v + ca.mtimes(sens.T, ca.vec(grad_x))
+    jac_clr = ca.reshape(jac_row.map(n)(dclr, s_rows), 2 * n, n).T
+    jac_g = ca.vertcat(ca.DM(rates_jac), jac_clr)
+
+    # Hessian blocks of H_w: per x_k (k = 1..N), x_k-u_k (k = 1..N-1), per u_k (k = 0..N-1).
+    hxx_knot = knot_hess.map(n)(x1, c16_all, geom_m, h["ref"], lam_clr.T)
+    hxx_knot += ca.horzcat(ca.MX.zeros(3, 3 * (n - 1)), d2fT)
+    cxx, cxu, cuu = stage_curv.map(n)(x_prev, U, adj)  # stage j weighted by a_{j+1} (= -mu_j)
+    hxx = hxx_knot + ca.horzcat(cxx[:, 3:], ca.MX.zeros(3, 3))  # stage j >= 1 acts on x_j; x_N feeds none
+    hxu = ca.horzcat(cxu[:, 2:], ca.MX.zeros(3, 2))  # x_k with u_k, k = 1..N-1 (padded to N blocks)
+
     # Outputs M are emitted as M^T where numpy wants M: CasADi's column-major buffer of M^T is M in C order.
-    cores = {
+    graphs = {
+        "check": ([um, p, lam], [f_val, g_val, grad_lag], ["x", "p", "lam_g"], ["f", "g", "grad_lag"]),
         "eval": (
-            [f, z.T @ df_dw, g, ca.densify(dg_dw @ z).T, ca.densify(sens).T],
-            ["f", "grad_f", "g", "jac_g_t", "sens_t"],
+            [um, p],
+            [grad_f, ca.densify(jac_g.T), ca.densify(sens.T), ca.densify(jT.T)],
+            ["x", "p"],
+            ["grad_f", "jac_g_t", "sens_t", "jac_terminal_t"],
         ),
-        "hess_w": ([hess_xu], ["hess_w"]),
-        "jac_r_w": ([dr_dw], ["jac_r_w"]),
-        "fg": ([f, g], ["f", "g"]),
+        "hess_w": ([um, p, lam], [ca.densify(m) for m in (hxx, hxu, cuu)], ["x", "p", "lam_g"], ["hxx", "hxu", "huu"]),
+        "fg": ([um, p], [f_val, g_val], ["x", "p"], ["f", "g"]),
     }
-    um = ca.MX.sym("x", 2 * n)
-    p = ca.MX.sym("p", layout.size)
-    lgm = ca.MX.sym("lam_g", g_s.shape[0])
-    hm, coeffs = p[: layout.head_size], p[layout.head_size :]
-    gathered = _gather_coefficients(knot_cells(um, hm), coeffs, n, cols)
-    functions = {}
-    for name, (outs, out_names) in cores.items():
-        with_lam = name == "hess_w"
-        core = ca.Function(f"mpc_core_{name}", [u, head, c16] + ([lam_g] if with_lam else []), outs)
-        ins = [um, p] + ([lgm] if with_lam else [])
-        args = [um, hm, gathered] + ([lgm] if with_lam else [])
-        in_names = ["x", "p"] + (["lam_g"] if with_lam else [])
-        functions[name] = ca.Function(f"mpc_{name}", ins, core.call(args), in_names, out_names)
-    functions["rollout"] = ca.Function("mpc_rollout", [u, head], [X], ["x", "head"], ["states"])
-    f_mx, g_mx = functions["fg"](um, p)
-    sparsity = {"hess_w": hess_xu.sparsity(), "jac_r_w": dr_dw.sparsity()}
-    return CondensedNLP(n, layout, functions, sparsity, gn_hess_u, {"x": um, "p": p, "f": f_mx, "g": g_mx})
+    functions = {k: ca.Function(f"mpc_{k}", ins, outs, i_n, o_n) for k, (ins, outs, i_n, o_n) in graphs.items()}
+    head_sx = ca.SX.sym("head", layout.head_size)
+    hx = _unpack_head(head_sx, n)
+    u_sx = ca.SX.sym("u", 2 * n)
+    functions["rollout"] = ca.Function(
+        "mpc_rollout", [u_sx, head_sx], [_rollout(hx["state"], ca.reshape(u_sx, 2, n), dt)], ["x", "head"], ["states"]
+    )
+    return CondensedNLP(n, layout, functions, hess_u, w.w_track, {"x": um, "p": p, "f": f_val, "g": g_val})
+
+
+def _reverse_cols(m: Any, n: int) -> Any:
+    """The n columns of an MX matrix in reverse order."""
+    return m[:, list(range(n - 1, -1, -1))]
+
+
+def _reverse_blocks(m: Any, n: int, width: int) -> Any:
+    """The n column blocks (of `width` columns) of an MX matrix in reverse order."""
+    return m[:, [k * width + j for k in range(n - 1, -1, -1) for j in range(width)]]
 
 
 @dataclass
@@ -365,72 +429,71 @@ def multiple_shooting(n: int, dt: float, grid_shape: tuple[int, int], weights: C
     return MultipleShootingNLP(n, layout, functions, {"x": xm, "p": p, "f": f_mx, "g": g_mx})
 
 
-class _SparseRows:
-    """A fixed-pattern CasADi sparse output as a CSR matrix whose data array is refilled in place."""
-
-    def __init__(self, sparsity: Any) -> None:
-        import scipy.sparse as sps
-
-        rows = np.asarray(sparsity.row())
-        cols = np.repeat(np.arange(sparsity.size2()), np.diff(np.asarray(sparsity.colind())))
-        self.order = np.lexsort((cols, rows))  # CasADi's column-major nonzeros -> CSR order
-        self.csr = sps.csr_matrix((np.zeros(rows.size), (rows[self.order], cols[self.order])), shape=sparsity.shape)
-        self.csr.sort_indices()
-        if self.csr.nnz != rows.size:
-            raise ValueError("duplicate entries in a CasADi sparsity pattern")
-
-    def __call__(self, nonzeros: np.ndarray) -> Any:
-        self.csr.data[:] = nonzeros[self.order]
-        return self.csr
-
-
 class CondensedEvaluator:
-    """Evaluates a `CondensedNLP`'s (compiled or interpreted) functions for `mnemo_mpc.planning.sqp.SQP`, with
-    Z = [S; I] from the last `evaluate` for the Hessians (the condensing of the `CondensedNLP` docstring)."""
+    """Evaluates a `CondensedNLP`'s (compiled or interpreted) functions for `mnemo_mpc.planning.sqp.SQP`. Keeps S
+    from the last `derivatives` call for the Hessians:
+
+        exact:         Z^T H_w Z = S^T H_xx S + C + C^T + H_uu,  C = S^T H_xu  (batched 3x3 / 3x2 products, one GEMM)
+        Gauss-Newton:  2 (w_track S_pos^T S_pos + (J_T S_N)^T (J_T S_N)) + hess_u
+    """
 
     def __init__(self, nlp: CondensedNLP, functions: dict[str, Any] | None = None) -> None:
         from mnemo_mpc.planning.codegen import BufferedFunction
 
         functions = functions or nlp.functions
-        self.nx, self.ng = nlp.nx, nlp.ng
-        self._n3 = 3 * nlp.N
+        n = nlp.N
+        self.n, self.nx, self.ng = n, nlp.nx, nlp.ng
+        self._check = BufferedFunction(functions["check"])
         self._eval = BufferedFunction(functions["eval"])
         self._hess = BufferedFunction(functions["hess_w"])
-        self._gn = BufferedFunction(functions["jac_r_w"])
         self._fg = BufferedFunction(functions["fg"])
         self._p = np.zeros(nlp.layout.size)
         self._x = np.zeros(self.nx)
-        for fn in (self._eval, self._hess, self._gn, self._fg):
+        for fn in (self._check, self._eval, self._hess, self._fg):
             fn.bind("p", self._p)
-        for fn in (self._hess, self._gn):
+        for fn in (self._eval, self._hess):
             fn.bind("x", self._x)
-        self._z = np.zeros((self._n3 + self.nx, self.nx))  # Z = [S; I]; `eval` writes S into it
-        self._z[self._n3 :] = np.eye(self.nx)
-        self._eval.bind_output("sens_t", self._z[: self._n3].reshape(-1))
-        self._hess_w = _SparseRows(nlp.sparsity["hess_w"])
-        self._jac_r_w = _SparseRows(nlp.sparsity["jac_r_w"])
-        self._h = np.empty((self.nx, self.nx))
-        self._gn_hess_u = nlp.gn_hess_u
+        self._sens = np.zeros((3 * n, self.nx))  # S, C order; `eval` writes it
+        self._eval.bind_output("sens_t", self._sens.reshape(-1))
+        self._hess_u, self._w_track = nlp.hess_u, nlp.w_track
+        self._out = np.empty((self.nx, self.nx))
+        self._cross = np.zeros((self.nx, self.nx))
+        # (row, col) of the 2x2 diagonal blocks of u_0..u_{N-1}, in (k, i, j) order
+        k, i, j = np.meshgrid(np.arange(n), np.arange(2), np.arange(2), indexing="ij")
+        self._uu_rows, self._uu_cols = (2 * k + i).ravel(), (2 * k + j).ravel()
 
     def set_parameters(self, p: np.ndarray) -> None:
         self._p[:] = p
 
-    def evaluate(self, x: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
-        o = self._eval(x=x)
+    def lagrangian(self, x: np.ndarray, lam_g: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        o = self._check(x=x, lam_g=lam_g)
+        return float(o["f"][0]), o["g"], o["grad_lag"]
+
+    def derivatives(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         self._x[:] = x
-        return float(o["f"][0]), o["grad_f"], o["g"], o["jac_g_t"].reshape(self.ng, self.nx)
+        o = self._eval()
+        return o["grad_f"], o["jac_g_t"].reshape(self.ng, self.nx)
 
     def hessian(self, lam_g: np.ndarray, exact: bool) -> np.ndarray:
-        """A fresh array: Z^T H_w Z (symmetric to round-off), or 2 J_r^T J_r with J_r = dr/dw Z."""
-        z = self._z
+        """A fresh (nx, nx) array at the last `derivatives` point."""
+        n, s3 = self.n, self._sens.reshape(self.n, 3, self.nx)
         if not exact:
-            jr = self._jac_r_w(self._gn()["jac_r_w"]) @ z
-            return 2.0 * (jr.T @ jr) + self._gn_hess_u
-        hz = self._hess_w(self._hess(lam_g=lam_g)["hess_w"]) @ z
-        n3 = self._n3
-        h = np.dot(z[:n3].T, hz[:n3], out=self._h)
-        h += hz[n3:]
-        return h.copy()
+            pos = s3[:, :2, :].reshape(2 * n, self.nx)
+            jt = self._eval.outputs["jac_terminal_t"].reshape(3, 3) @ s3[-1]
+            return 2.0 * (self._w_track * (pos.T @ pos) + jt.T @ jt) + self._hess_u
+        o = self._hess(lam_g=lam_g)
+        hxx = o["hxx"].reshape(n, 3, 3).transpose(0, 2, 1)  # column-major 3x3 blocks side by side
+        hxu = o["hxu"].reshape(n, 2, 3).transpose(0, 2, 1)
+        huu = o["huu"].reshape(n, 2, 2).transpose(0, 2, 1).reshape(-1)
+        out = np.dot(self._sens.T, np.matmul(hxx, s3).reshape(3 * n, self.nx), out=self._out)
+        # S^T H_xu: the column block of u_k gets S_k^T H_xu,k (x_N couples with no control).
+        cross = np.matmul(s3.transpose(0, 2, 1), hxu)  # (n, nx, 2): block k-1 holds S_k^T H_xu,k
+        self._cross[:, 2:] = cross[:-1].transpose(1, 0, 2).reshape(self.nx, self.nx - 2)
+        out += self._cross
+        out += self._cross.T
+        out += self._hess_u
+        out[self._uu_rows, self._uu_cols] += huu
+        return out.copy()
 
     def merit(self, x: np.ndarray) -> tuple[float, np.ndarray]:
         o = self._fg(x=x)

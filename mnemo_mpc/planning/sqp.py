@@ -21,11 +21,14 @@ this is that SQP, built so that a better start is never slower:
   QP's estimate at the linearisation point and do not depend on t. (CasADi's sqpmethod moves them by t; with a
   step cut to 0.8^9 they crawl towards the QP's and a start at the optimum needs > 10 iterations to pass tol_du.)
 * **Convergence** as CasADi's sqpmethod: max constraint violation < tol_pr and |grad_x L|_inf < tol_du, with
-  L = f + lam_g^T g + lam_x^T x; a start that already satisfies both takes 0 iterations.
+  L = f + lam_g^T g + lam_x^T x; a start that already satisfies both takes 0 iterations. The test needs only f, g and
+  grad_x L (`Problem.lagrangian`, one reverse sweep for the MPC); the QP's derivatives are evaluated only when a QP
+  follows.
 
 The problem is evaluated by a `Problem` (for the MPC: `mnemo_mpc.planning.nlp.CondensedEvaluator`, dense
 derivatives of the condensed NLP). `stats` per solve: iterations, Hessian used per iteration, line-search steps, and
-the time spent in derivatives (incl. Hessians), QP, line search and in total.
+the time spent in derivatives (incl. Hessians), QP, line search (incl. the Lagrangian's gradient at the accepted
+point) and in total.
 """
 
 from __future__ import annotations
@@ -119,9 +122,12 @@ class Problem(Protocol):
 
     def set_parameters(self, p: np.ndarray) -> None: ...
 
-    def evaluate(self, x: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
-        """f, grad_f (nx), g (ng), dense jac_g (ng, nx) at x; later `hessian` calls refer to this x. The arrays may be
-        views that the next `evaluate` overwrites."""
+    def lagrangian(self, x: np.ndarray, lam_g: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        """f, g (ng) and grad_x (f + lam_g^T g) at x: the convergence test (arrays valid until the next call)."""
+        ...
+
+    def derivatives(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """grad_f (nx) and dense jac_g (ng, nx) at x for the QP; later `hessian` calls refer to this x."""
         ...
 
     def hessian(self, lam_g: np.ndarray, exact: bool) -> np.ndarray:
@@ -182,12 +188,12 @@ class SQP:
         iterations = 0
         status = "max_iter"
         t0 = time.perf_counter()
-        f, grad_f, g, jac = problem.evaluate(x)
+        f, g, grad_lag = problem.lagrangian(x, lam[nx:])
         t_deriv += time.perf_counter() - t0
         pr = du = math.inf
         while True:
             pr = float(violation(x, g).max())
-            du = float(np.abs(grad_f + jac.T @ lam[nx:] + lam[:nx]).max())
+            du = float(np.abs(grad_lag + lam[:nx]).max())
             if not (math.isfinite(pr) and math.isfinite(du) and math.isfinite(f)):
                 status = "non_finite"
                 break
@@ -201,6 +207,7 @@ class SQP:
             qp_lower = np.maximum(lb - z, -DAQP_INF)
             l1 = float(viol.sum())
             t0 = time.perf_counter()
+            grad_f, jac = problem.derivatives(x)
             exact = opt.hessian == "exact" or (opt.hessian == "hybrid" and du <= opt.newton_du)
             kind = "exact" if exact else "gauss_newton"
             hess = problem.hessian(lam[nx:], exact=exact)
@@ -226,20 +233,26 @@ class SQP:
             phi0 = f + sigma * l1
             slope = float(grad_f @ d) - sigma * l1
             allowance = 10.0 * EPS * abs(phi0)
+            # The full step's trial is evaluated with the Lagrangian's gradient (cheap, one reverse sweep): when it is
+            # accepted, as it mostly is, that is the next convergence test already.
             t = 1.0
+            xc = x + d
+            fc, gc, grad_lag = problem.lagrangian(xc, lam_qp[nx:])
             for k in range(max(opt.max_iter_ls, 1)):
-                xc = x + t * d
-                fc, gc = problem.merit(xc)
+                if k:
+                    xc = x + t * d
+                    fc, gc = problem.merit(xc)
                 phic = fc + sigma * float(violation(xc, gc).sum())
                 if phic <= phi0 + opt.c1 * t * slope + allowance or k + 1 >= opt.max_iter_ls:
                     break  # after max_iter_ls cuts the step is taken anyway (as sqpmethod does)
                 t *= opt.beta
             ls_steps.append(t)
             x, lam = xc, lam_qp
-            t3 = time.perf_counter()
-            t_ls += t3 - t2
-            f, grad_f, g, jac = problem.evaluate(x)
-            t_deriv += time.perf_counter() - t3
+            if t < 1.0:
+                f, g, grad_lag = problem.lagrangian(x, lam[nx:])
+            else:
+                f, g = fc, gc
+            t_ls += time.perf_counter() - t2
         return SQPResult(
             x=x,
             f=f,
