@@ -36,7 +36,9 @@ setup(
         "pybullet",
         "zarr>=3",
         "onnx",
-        "onnxruntime",
+        # The GPU build (CUDA / TensorRT execution providers; it runs on the CPU too) where its wheels exist.
+        "onnxruntime-gpu; sys_platform == 'linux' and platform_machine == 'x86_64'",
+        "onnxruntime; sys_platform != 'linux' or platform_machine != 'x86_64'",
         "rosbags",
         "scikit-learn",
         "torch",

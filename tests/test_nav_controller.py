@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mnemo_mpc.errors import InputError
-from mnemo_mpc.nav.controller import Controller
+from mnemo_mpc.nav.controller import Controller, ControllerConfig
 from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.planning.mpc import MPCConfig, WarmStart
 from mnemo_mpc.planning.robot import RobotModel
@@ -110,28 +110,67 @@ def test_start_in_collision_stops_instead_of_raising(controller):
     assert in_limits(controller, out.command, np.array([0.2, 0.0]))
 
 
-def test_warm_start_provider_hook(controller):
+def test_learned_mode_uses_the_provider_and_survives_a_broken_one(controller):
     calls = []
     n = controller.mpc_config.N
 
-    def provider(grid, pose, goal):
-        calls.append(pose.copy())
-        return WarmStart(np.tile(pose, (n + 1, 1)), np.zeros((n, 2)))
+    def provider(ctx):
+        calls.append(ctx)
+        return WarmStart(np.tile(ctx.pose, (n + 1, 1)), np.zeros((n, 2)))
 
-    c = Controller(controller.robot, controller.mpc_config, warm_start_provider=provider)
+    c = Controller(controller.robot, controller.mpc_config, ControllerConfig(warm_start="learned"), provider)
     c._mpcs = controller._mpcs  # reuse the built NLP
     out = c.step(room(False), [0.5, 1.5, 0.0], [0, 0], [2.5, 1.5, 0.0])
-    assert calls and out.warm_start_source == "provider" and out.status == "planned"
+    assert calls and out.warm_start_source == "learned" and out.status == "planned"
+    ctx = calls[0]
+    assert (
+        ctx.field is out.field and np.allclose(ctx.pose, [0.5, 1.5, 0.0]) and np.allclose(ctx.subgoal[:2], [2.5, 1.5])
+    )
 
-    def broken(grid, pose, goal):
+    def broken(ctx):
         raise RuntimeError("model exploded")
 
     c.warm_start_provider = broken
     out = c.step(room(False), [0.6, 1.5, 0.0], out.command, [2.5, 1.5, 0.0])
     assert out.warm_start_source == "shift" and out.status == "planned"
-    c.warm_start_provider = lambda g, p, q: WarmStart(np.zeros((3, 3)), np.zeros((2, 2)))
+    c.warm_start_provider = lambda ctx: WarmStart(np.zeros((3, 3)), np.zeros((2, 2)))
     out = c.step(room(False), [0.7, 1.5, 0.0], out.command, [2.5, 1.5, 0.0])
     assert out.warm_start_source == "shift"
+
+
+def test_hybrid_picks_the_candidate_with_the_lower_merit(controller):
+    """A provider that returns the problem's own optimum beats the shift; one that returns nonsense loses to it."""
+    n = controller.mpc_config.N
+    grid, goal = room(False), np.array([2.5, 1.5, 0.0])
+    best = {}
+
+    def oracle(ctx):
+        res = c.mpc(grid.shape).solve(ctx.field, ctx.pose, ctx.velocity, ctx.subgoal, ctx.reference)
+        best["controls"] = res.controls
+        return WarmStart(res.states, res.controls)
+
+    c = Controller(controller.robot, controller.mpc_config, ControllerConfig(warm_start="hybrid"), oracle)
+    c._mpcs = controller._mpcs
+    out = c.step(grid, [0.5, 1.5, 0.0], [0, 0], goal)  # fresh: learned (the optimum) vs cold
+    assert out.warm_start_source == "learned" and out.plan.iterations <= 1
+    pose = c.robot.step(np.array([0.5, 1.5, 0.0]), out.command, 0.1)
+    new_goal = np.array([2.0, 2.6, 1.5])  # the shift plans for the old goal: the learned optimum must win
+    out = c.step(grid, pose, out.command, new_goal)
+    assert out.warm_start_source == "learned" and out.plan.iterations <= 1
+    np.testing.assert_allclose(out.plan.controls, best["controls"], atol=1e-4)  # both converged to tol_du
+
+    rng = np.random.default_rng(0)
+    c.warm_start_provider = lambda ctx: WarmStart(np.zeros((n + 1, 3)), rng.uniform(-1.5, 1.5, (n, 2)))
+    pose = c.robot.step(pose, out.command, 0.1)
+    out = c.step(grid, pose, out.command, new_goal)
+    assert out.warm_start_source == "shift" and out.status == "planned"
+
+
+def test_modes_that_need_a_model_refuse_to_start_without_one(controller):
+    with pytest.raises(InputError, match="provider"):
+        Controller(controller.robot, controller.mpc_config, ControllerConfig(warm_start="hybrid"))
+    with pytest.raises(InputError, match="warm_start"):
+        ControllerConfig(warm_start="magic")
 
 
 def test_kinematic_closed_loop_reaches_goal_around_obstacle(controller):

@@ -15,6 +15,10 @@ import json
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "sqp": ("mnemo_mpc.bench.sqp", "SQP MPC iterations/time, cold vs shifted warm start, on a seeded problem suite"),
     "sim": ("mnemo_mpc.sim.bench", "simulator time per control step: physics, lidar, local-grid update"),
+    "pipeline": (
+        "mnemo_mpc.bench.pipeline",
+        "warm starts (cold / shift / learned / hybrid) on fresh and steady steps of held-out closed-loop runs",
+    ),
 }
 
 

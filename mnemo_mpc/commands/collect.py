@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -17,6 +18,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ray-address", default=None, help="run the tasks on Ray: a cluster address, or 'local'")
     p.add_argument("--seed", type=int, default=0, help="base seed of the world generator (default 0)")
     p.add_argument("--difficulty", type=float, default=None, help="world difficulty in [0, 1] (default: generator's)")
+    p.add_argument(
+        "--warmstart",
+        choices=("cold", "shift", "learned", "hybrid"),
+        default="shift",
+        help="start of the closed-loop solves that drive the robot (the recorded expert is always converged)",
+    )
+    p.add_argument("--model", default=None, help="warm-start model (ONNX) for --warmstart learned / hybrid")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=handler)
 
@@ -27,10 +35,14 @@ def handler(args: argparse.Namespace) -> int:
     from mnemo_mpc.dataset.collect import CollectConfig, collect
     from mnemo_mpc.dataset.stats import world_throughput
     from mnemo_mpc.dataset.store import DatasetStore
+    from mnemo_mpc.nav.controller import ControllerConfig
     from mnemo_mpc.planning.worlds import WorldConfig
 
     world = WorldConfig() if args.difficulty is None else dataclasses.replace(WorldConfig(), difficulty=args.difficulty)
-    config = CollectConfig(seed=args.seed, world=world)
+    model = str(Path(args.model).resolve()) if args.model else None
+    config = CollectConfig(
+        seed=args.seed, world=world, controller=ControllerConfig(warm_start=args.warmstart), model=model
+    )
     summary = collect(
         args.out,
         args.worlds,

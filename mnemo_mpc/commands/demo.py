@@ -17,6 +17,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--kind", default=None, help="world kind (rooms, corridor, doors, clutter, open, mixed)")
     p.add_argument("--out", default="out/demo", help="output directory (default out/demo)")
     p.add_argument("--quiet", action="store_true", help="summary only, no per-step lines")
+    from mnemo_mpc.commands.eval import add_warmstart_arguments
+
+    add_warmstart_arguments(p)
     p.set_defaults(func=handler)
 
 
@@ -26,15 +29,20 @@ def handler(args: argparse.Namespace) -> int:
 
     from mnemo_mpc import __version__
     from mnemo_mpc.atomic import atomic_write_json
-    from mnemo_mpc.nav.controller import Controller
+    from mnemo_mpc.commands.eval import warmstart_controller
     from mnemo_mpc.planning.worlds import generate_world
     from mnemo_mpc.sim.episode import EpisodeConfig, run_episode
     from mnemo_mpc.sim.plot import plot_episode
 
     out = Path(args.out)
     world = generate_world(args.seed, kind=args.kind)
-    controller = Controller()
+    controller = warmstart_controller(args)
     cfg = EpisodeConfig()
+    provider = controller.warm_start_provider
+    print(
+        f"warm start: {controller.config.warm_start}"
+        + (f" with {provider.info.path} on {provider.provider}" if provider is not None else "")
+    )
     print(
         f"world {world.name}: start ({world.start[0]:.2f}, {world.start[1]:.2f}) -> goal ({world.goal[0]:.2f}, "
         f"{world.goal[1]:.2f}), map {world.grid.size_m[0]:.1f} x {world.grid.size_m[1]:.1f} m"
@@ -45,13 +53,16 @@ def handler(args: argparse.Namespace) -> int:
             return
         print(
             f"step {s['step']:4d} t={s['t']:6.1f}s pose=({s['pose'][0]:6.2f},{s['pose'][1]:6.2f},{s['pose'][2]:6.2f}) "
-            f"cmd=({s['command'][0]:5.2f},{s['command'][1]:6.2f}) {s['status']:<22} start={s['start']:<5} "
+            f"cmd=({s['command'][0]:5.2f},{s['command'][1]:6.2f}) {s['status']:<22} start={s['start']:<7} "
             f"iters={s['iterations']:2d} solve={s['solve_time_s'] * 1e3:6.1f}ms goal_dist={s['dist_to_goal_m']:5.2f}m"
             + (f" flags={','.join(s['flags'])}" if s["flags"] else "")
         )
 
     result = run_episode(world, controller=controller, config=cfg, on_step=on_step)
     m = result.metrics
+    starts: dict[str, int] = {}
+    for s in result.steps:
+        starts[s["start"]] = starts.get(s["start"], 0) + 1
     payload = {
         "metrics": m,
         "config": {
@@ -60,7 +71,9 @@ def handler(args: argparse.Namespace) -> int:
             "mpc": dataclasses.asdict(controller.mpc_config),
             "controller": dataclasses.asdict(controller.config),
             "world": {"seed": world.seed, "kind": world.kind, "start": world.start, "goal": world.goal},
+            "model": provider.describe() if provider is not None else None,
         },
+        "starts_used": starts,
         "version": __version__,
         "steps": result.steps,
     }
@@ -74,7 +87,7 @@ def handler(args: argparse.Namespace) -> int:
     print(
         f"SQP iterations mean {m['iterations']['mean']} p50 {m['iterations']['p50']} p95 {m['iterations']['p95']}; "
         f"solve ms p50 {m['solve_time_ms']['p50']} p95 {m['solve_time_ms']['p95']}; fallback steps "
-        f"{m['fallback_steps']}, clipped {m['clipped_steps']}"
+        f"{m['fallback_steps']}, clipped {m['clipped_steps']}; starts used ({controller.config.warm_start}): {starts}"
     )
     print(f"wrote {out / 'episode.json'} and {out / 'trajectory.png'}")
     return 0 if m["success"] else 1

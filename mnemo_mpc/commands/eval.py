@@ -25,9 +25,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--goal", help="x,y,yaw with --map")
     p.add_argument("--goal-tolerance", type=float, default=0.25, help="metres (default 0.25)")
     p.add_argument("--time-limit", type=float, default=None, help="seconds per episode (default: from path length)")
+    add_warmstart_arguments(p)
     p.add_argument("--out", required=True, help="result JSON")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=handler)
+
+
+def add_warmstart_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--warmstart",
+        choices=("cold", "shift", "learned", "hybrid"),
+        default=None,
+        help="SQP start: hold the pose, the shifted previous plan, the learned model, or the better of the last two "
+        "(default: hybrid when a shipped model fits the robot, else shift)",
+    )
+    p.add_argument("--model", default=None, help="warm-start model (ONNX); default: a shipped one that fits the robot")
+
+
+def warmstart_controller(args: argparse.Namespace, robot: Any = None, mpc_config: Any = None, **config: Any) -> Any:
+    """A Controller with the warm start the flags ask for (see `add_warmstart_arguments`)."""
+    from mnemo_mpc.nav.controller import Controller, ControllerConfig
+    from mnemo_mpc.planning.mpc import MPCConfig
+    from mnemo_mpc.planning.robot import RobotModel
+    from mnemo_mpc.warmstart.runtime import resolve
+
+    robot, mpc_config = robot or RobotModel(), mpc_config or MPCConfig()
+    mode, provider = resolve(args.warmstart, args.model, robot, mpc_config.N, mpc_config.dt)
+    return Controller(robot, mpc_config, ControllerConfig(warm_start=mode, **config), provider)
 
 
 def _pose(text: str | list | None, name: str) -> list[float]:
@@ -87,7 +111,6 @@ def handler(args: argparse.Namespace) -> int:
 
     from mnemo_mpc import __version__
     from mnemo_mpc.atomic import atomic_write_json
-    from mnemo_mpc.nav.controller import Controller, ControllerConfig
     from mnemo_mpc.sim.episode import EpisodeConfig, percentiles, run_episode
     from mnemo_mpc.sim.simulator import Simulator
 
@@ -128,8 +151,8 @@ def handler(args: argparse.Namespace) -> int:
         loaded = [make() for _, make, _, _ in jobs]
         jobs = [(label, (lambda w=w: w), tol, tl) for (label, _, tol, tl), w in zip(jobs, loaded, strict=True)]
 
-    episodes, all_iters, all_times = [], [], []
-    controller = Controller(config=ControllerConfig(goal_tolerance_m=args.goal_tolerance))
+    episodes, all_iters, all_times, starts = [], [], [], {}
+    controller = warmstart_controller(args, goal_tolerance_m=args.goal_tolerance)
     with Simulator() as sim:
         for label, make_world, tol, time_limit in tqdm(jobs, unit="episode", disable=args.no_progress):
             world = make_world()
@@ -138,8 +161,10 @@ def handler(args: argparse.Namespace) -> int:
             result = run_episode(world, sim=sim, controller=controller, config=cfg)
             m = dict(result.metrics, source=label)
             episodes.append(m)
-            all_iters += [s["iterations"] for s in result.steps if s["iterations"]]
-            all_times += [s["solve_time_s"] * 1e3 for s in result.steps if s["iterations"]]
+            all_iters += [s["iterations"] for s in result.steps if s["status"] == "planned" or s["iterations"]]
+            all_times += [s["solve_time_s"] * 1e3 for s in result.steps if s["status"] == "planned" or s["iterations"]]
+            for s in result.steps:
+                starts[s["start"]] = starts.get(s["start"], 0) + 1
             if args.no_progress:
                 print(f"{label}: {m['outcome']} {m['time_s']:.1f}s {m['path_length_m']:.2f}m")
 
@@ -154,6 +179,9 @@ def handler(args: argparse.Namespace) -> int:
         "timeout_rate": sum(e["timeout"] for e in episodes) / n,
         "mean_time_s": float(np.mean([e["time_s"] for e in ok])) if ok else None,
         "mean_path_length_m": float(np.mean([e["path_length_m"] for e in ok])) if ok else None,
+        "warmstart": controller.config.warm_start,
+        "model": getattr(controller.warm_start_provider, "describe", lambda: None)(),
+        "starts_used": starts,
         "step_iterations": percentiles(all_iters, 3),
         "step_solve_time_ms": percentiles(all_times, 3),
         "config": {
@@ -166,9 +194,10 @@ def handler(args: argparse.Namespace) -> int:
     atomic_write_json(args.out, summary)
     print(
         f"{n} episodes: success_rate {summary['success_rate']:.3f}, collision_rate {summary['collision_rate']:.3f}, "
-        f"timeout_rate {summary['timeout_rate']:.3f}, mean time "
+        f"timeout_rate {summary['timeout_rate']:.3f} ({summary['warmstart']} starts: {starts}), mean time "
         f"{'n/a' if summary['mean_time_s'] is None else format(summary['mean_time_s'], '.2f')} s; "
-        f"iterations p50 {summary['step_iterations']['p50']} p95 {summary['step_iterations']['p95']}, "
+        f"iterations mean {summary['step_iterations']['mean']} p50 {summary['step_iterations']['p50']} "
+        f"p95 {summary['step_iterations']['p95']}, "
         f"solve ms p50 {summary['step_solve_time_ms']['p50']} p95 {summary['step_solve_time_ms']['p95']}"
     )
     print(f"wrote {args.out}")

@@ -57,6 +57,7 @@ class CollectConfig:
     mpc: MPCConfig = field(default_factory=MPCConfig)
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     episode: Any = field(default_factory=_episode_config_default)  # mnemo_mpc.sim.episode.EpisodeConfig
+    model: str | None = None  # warm-start model (ONNX) for controller.warm_start "learned" / "hybrid"
 
     def __post_init__(self) -> None:
         if int(self.seed) < 0:
@@ -88,7 +89,13 @@ def _worker_state(config: CollectConfig) -> tuple[Any, Any]:
         if "sim" in _WORKER:
             _WORKER["sim"].close()
         _WORKER.clear()
-        _WORKER.update(key=key, sim=Simulator(), controller=Controller(config.robot, config.mpc, config.controller))
+        provider = None
+        if config.controller.warm_start in ("learned", "hybrid"):
+            from mnemo_mpc.warmstart.runtime import WarmStartModel
+
+            provider = WarmStartModel(config.model, config.robot, config.mpc.N, config.mpc.dt)
+        controller = Controller(config.robot, config.mpc, config.controller, provider)
+        _WORKER.update(key=key, sim=Simulator(), controller=controller)
     return _WORKER["sim"], _WORKER["controller"]
 
 
@@ -204,7 +211,9 @@ def collect(
     if workers < 1:
         raise InputError(f"--workers: expected >= 1, got {workers}")
     root = str(Path(root))
-    store = DatasetStore.create_or_resume(root, config.to_dict())
+    if config.controller.warm_start in ("learned", "hybrid") and not config.model:
+        raise InputError(f"--warmstart {config.controller.warm_start}: needs --model FILE.onnx")
+    store = DatasetStore.create_or_resume(root, config.to_dict(), CollectConfig().to_dict())
     done = store.committed_world_ids()
     todo = [w for w in range(n_worlds) if w not in done]
     log.info(

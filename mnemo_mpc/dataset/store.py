@@ -239,6 +239,20 @@ def read_world_entry(path: Path) -> dict[str, Any]:
         raise DatasetError(f"{meta}: unreadable world group metadata ({exc})") from exc
 
 
+def _with_defaults(stored: Any, requested: Any, defaults: Any) -> Any:
+    """`stored` with the keys it lacks filled from `requested` where that equals `defaults` (recursively)."""
+    if not (isinstance(stored, dict) and isinstance(requested, dict) and isinstance(defaults, dict)):
+        return stored
+    out = dict(stored)
+    for key, value in requested.items():
+        if key not in stored:
+            if key in defaults and defaults[key] == value:
+                out[key] = value
+        else:
+            out[key] = _with_defaults(stored[key], value, defaults.get(key))
+    return out
+
+
 def _counts(worlds: dict[str, dict[str, Any]]) -> dict[str, Any]:
     by_status = {s: 0 for s in WORLD_STATUSES}
     for w in worlds.values():
@@ -275,9 +289,13 @@ class DatasetStore:
         return store
 
     @classmethod
-    def create_or_resume(cls, root: str | os.PathLike[str], config: dict[str, Any]) -> DatasetStore:
+    def create_or_resume(
+        cls, root: str | os.PathLike[str], config: dict[str, Any], defaults: dict[str, Any] | None = None
+    ) -> DatasetStore:
         """Writer side (one coordinator): create the store, or resume one collected with the same `config`.
 
+        A setting the stored config lacks (the store predates it) is accepted when the requested value equals its
+        value in `defaults` (the behaviour before the setting existed); the manifest then records the full config.
         Removes leftovers of killed workers under `.tmp/` and re-syncs the manifest with the committed worlds; call
         it before any worker starts.
         """
@@ -287,6 +305,10 @@ class DatasetStore:
         config = json.loads(json.dumps(_jsonable(config)))
         if (root / MANIFEST).exists():
             manifest = cls._read_manifest(root)
+            if defaults is not None:
+                manifest["config"] = _with_defaults(
+                    manifest["config"], config, json.loads(json.dumps(_jsonable(defaults)))
+                )
             if manifest["config"] != config:
                 diff = sorted(
                     k for k in set(manifest["config"]) | set(config) if manifest["config"].get(k) != config.get(k)

@@ -4,8 +4,11 @@ Seed 002 §5.2: at every control step one SQP trajectory optimisation is run fro
 previous solution shifted by one step, or a learned prediction), capped at 10 iterations, and the first control is
 applied. Around that core this module adds what a robot needs and the paper does not spell out:
 
-* the start: a pluggable warm-start provider `(grid, pose, goal) -> WarmStart | None` (the learned ViT plugs in
-  here), else the shifted previous solution, else the cold start;
+* the start (`ControllerConfig.warm_start`): "cold" (hold the pose), "shift" (the previous solution shifted one step,
+  cold when there is none), "learned" (a warm-start provider, e.g. the spatial Mnemosyne ViT of
+  `mnemo_mpc.warmstart`, called with a `WarmStartContext`), or "hybrid": the shifted and the learned candidate (and
+  the cold one when there is no shift) compared on the NLP's own merit (`SQPMPC.merit`, cost + weighted constraint
+  violation), the better one kept, so never worse than the shift by that measure;
 * the global path -> sub-goal/reference (`mnemo_mpc.nav.reference`);
 * safety: the output is always finite and inside the velocity and acceleration limits (clipped and flagged); a failed
   solve falls back to the previous plan's next control while that plan is still collision-free in the current grid,
@@ -32,7 +35,21 @@ from mnemo_mpc.planning.robot import RobotModel
 
 log = logging.getLogger(__name__)
 
-WarmStartProvider = Callable[[OccupancyGrid, np.ndarray, np.ndarray], "WarmStart | None"]
+WARM_STARTS = ("cold", "shift", "learned", "hybrid")
+
+
+@dataclass
+class WarmStartContext:
+    """What a warm-start provider sees of this step's MPC problem (map frame)."""
+
+    field: DistanceField  # the ESDF the MPC plans on
+    pose: np.ndarray  # (x, y, yaw)
+    velocity: np.ndarray  # (v, w)
+    subgoal: np.ndarray  # (x, y, yaw): the goal the MPC is given
+    reference: np.ndarray | None  # (N+1, 2) tracking points for knots 0..N, or None (track the sub-goal)
+
+
+WarmStartProvider = Callable[[WarmStartContext], "WarmStart | None"]
 
 
 @dataclass(frozen=True)
@@ -44,8 +61,13 @@ class ControllerConfig:
     v_ref_fraction: float = 0.8  # reference speed along the global path, as a fraction of v_max
     subgoal_clearance_m: float = 0.15  # free space demanded around a sub-goal cell
     reuse_previous_plan: bool = True  # on a failed solve, follow the previous plan while it stays collision-free
+    warm_start: str = (
+        "shift"  # "cold" | "shift" | "learned" | "hybrid" (module docstring); the last two need a provider
+    )
 
     def __post_init__(self) -> None:
+        if self.warm_start not in WARM_STARTS:
+            raise InputError(f"ControllerConfig.warm_start: expected one of {WARM_STARTS}, got {self.warm_start!r}")
         if not (math.isfinite(self.goal_tolerance_m) and self.goal_tolerance_m > 0):
             raise InputError(f"ControllerConfig.goal_tolerance_m: expected > 0, got {self.goal_tolerance_m}")
         if not 0 < self.v_ref_fraction <= 1:
@@ -62,7 +84,7 @@ class ControlOutput:
     flags: tuple[str, ...] = ()
     subgoal: np.ndarray | None = None
     reference: np.ndarray | None = None
-    warm_start_source: str = "cold"  # "provider" | "shift" | "cold"
+    warm_start_source: str = "cold"  # the start the solve got: "cold" | "shift" | "learned"
     solve_error: str | None = None
     time_s: float = 0.0  # the whole step (ESDF, reference, solve, checks)
     field: DistanceField | None = None  # the ESDF the MPC planned on (for re-solves, e.g. the dataset's expert)
@@ -93,6 +115,8 @@ class Controller:
         self.mpc_config = mpc_config or MPCConfig()
         self.config = config or ControllerConfig()
         self.warm_start_provider = warm_start_provider
+        if self.config.warm_start in ("learned", "hybrid") and warm_start_provider is None:
+            raise InputError(f"Controller: warm_start {self.config.warm_start!r} needs a warm-start provider (a model)")
         self._mpcs: dict[tuple[int, int], SQPMPC] = {}
         self._path: np.ndarray | None = None
         self._progress = 0
@@ -168,7 +192,8 @@ class Controller:
             )
 
         field_ = DistanceField(grid, cfg.unknown_policy)
-        warm, source = self._warm_start(grid, pose, goal)
+        context = WarmStartContext(field_, pose, velocity, np.asarray(subgoal, dtype=float), reference)
+        warm, source = self._warm_start(context)
         plan: PlanResult | None = None
         solve_error = None
         try:
@@ -237,29 +262,47 @@ class Controller:
         return np.clip(np.zeros(2), current - step, current + step)
 
     # --- internals ----------------------------------------------------------------------------------------------
-    def _warm_start(self, grid: OccupancyGrid, pose: np.ndarray, goal: np.ndarray) -> tuple[WarmStart | None, str]:
-        if self.warm_start_provider is not None:
-            try:
-                guess = self.warm_start_provider(grid, pose, goal)
-            except Exception as exc:  # a learned model must never take the controller down
-                log.warning("warm-start provider failed (%s: %s); using the shifted plan", type(exc).__name__, exc)
-                guess = None
-            n = self.mpc_config.N
-            if guess is not None and (
-                np.shape(guess.states) != (n + 1, 3)
-                or np.shape(guess.controls) != (n, 2)
-                or not (np.all(np.isfinite(guess.states)) and np.all(np.isfinite(guess.controls)))
-            ):
-                log.warning("warm-start provider returned a malformed guess; using the shifted plan")
-                guess = None
-            if guess is not None:
-                return guess, "provider"
-        if self._last_plan is not None:
-            ws = self._last_plan.shifted()
-            for _ in range(self._plan_age):
-                ws = _shift_again(ws, self.robot, self.mpc_config.dt)
-            return ws, "shift"
-        return None, "cold"
+    def _shifted(self) -> WarmStart | None:
+        if self._last_plan is None:
+            return None
+        ws = self._last_plan.shifted()
+        for _ in range(self._plan_age):
+            ws = _shift_again(ws, self.robot, self.mpc_config.dt)
+        return ws
+
+    def _learned(self, context: WarmStartContext) -> WarmStart | None:
+        try:
+            guess = self.warm_start_provider(context)
+        except Exception as exc:  # a learned model must never take the controller down
+            log.warning("warm-start provider failed (%s: %s); not using it this step", type(exc).__name__, exc)
+            return None
+        n = self.mpc_config.N
+        if guess is not None and (
+            np.shape(guess.states) != (n + 1, 3)
+            or np.shape(guess.controls) != (n, 2)
+            or not (np.all(np.isfinite(guess.states)) and np.all(np.isfinite(guess.controls)))
+        ):
+            log.warning("warm-start provider returned a malformed guess; not using it this step")
+            return None
+        return guess
+
+    def _warm_start(self, context: WarmStartContext) -> tuple[WarmStart | None, str]:
+        mode = self.config.warm_start
+        if mode == "cold":
+            return None, "cold"
+        shift = self._shifted()
+        if mode == "shift":
+            return (shift, "shift") if shift is not None else (None, "cold")
+        learned = self._learned(context)
+        if mode == "learned":
+            if learned is not None:
+                return learned, "learned"
+            return (shift, "shift") if shift is not None else (None, "cold")
+        mpc = self.mpc(context.field.shape)
+        sigma = 1.0
+        if self._last_plan is not None and "lam_g" in self._last_plan.duals:
+            sigma = max(sigma, 1.01 * float(np.abs(self._last_plan.duals["lam_g"]).max(initial=0.0)))
+        return choose_start(mpc, context, shift, learned, sigma)
 
     def _fallback(self, field_: DistanceField, pose: np.ndarray, velocity: np.ndarray) -> tuple[np.ndarray, str]:
         """Next control of the previous plan if that plan, re-anchored at the current pose, is still collision-free;
@@ -272,6 +315,39 @@ class Controller:
             if field_.min_clearance(pts) >= self.robot.clearance - 1e-3:
                 return controls[0].copy(), "fallback_previous_plan"
         return self.stop_command(velocity), "fallback_stop"
+
+
+def choose_start(
+    mpc: SQPMPC, context: WarmStartContext, shift: WarmStart | None, learned: WarmStart | None, sigma: float = 1.0
+) -> tuple[WarmStart | None, str]:
+    """The "hybrid" start: the candidate (shift, learned, and cold when there is no shift) with the lowest merit
+    (`SQPMPC.merit`, f + sigma * constraint violation). The learned start inherits the shift's multipliers: they
+    belong to this problem too, and with a start at the optimum let the SQP stop at iteration 0."""
+    candidates: list[tuple[str, WarmStart | None]] = []
+    if shift is not None:
+        candidates.append(("shift", shift))
+    if learned is not None:
+        lam = (shift.lam_g, shift.lam_x) if shift is not None else (None, None)
+        candidates.append(("learned", WarmStart(learned.states, learned.controls, *lam)))
+    if shift is None:
+        candidates.append(("cold", None))
+    if len(candidates) == 1:
+        return candidates[0][1], candidates[0][0]
+    hold = mpc.cold_start(context.pose).controls
+    try:
+        merits = mpc.merit(
+            context.field,
+            context.pose,
+            context.velocity,
+            context.subgoal,
+            context.reference,
+            [hold if ws is None else ws.controls for _, ws in candidates],
+            sigma,
+        )
+    except InfeasibleProblemError:
+        return candidates[0][1], candidates[0][0]
+    name, ws = candidates[int(np.argmin(merits))]
+    return ws, name
 
 
 def _shift_again(ws: WarmStart, robot: RobotModel, dt: float) -> WarmStart:

@@ -358,6 +358,38 @@ class SQPMPC:
             solver_stats=out.get("stats", {}),
         )
 
+    def merit(
+        self,
+        field: DistanceField,
+        state: np.ndarray,
+        velocity: np.ndarray,
+        goal: np.ndarray,
+        reference: np.ndarray | None,
+        candidates: list[np.ndarray],
+        sigma: float = 1.0,
+    ) -> list[float]:
+        """The l1 merit f + sigma * (constraint violation) of candidate control sequences (N, 2) on this problem: the
+        SQP's own yardstick (`planning.sqp`), one compiled evaluation each (method "sqp" only). Compare candidate
+        starts with it; sigma should exceed the multipliers' size (the SQP uses 1.01 |lambda|_inf)."""
+        if self.config.method != "sqp":
+            raise InputError("SQPMPC.merit: needs method 'sqp' (the condensed NLP's merit function)")
+        state = _finite_vector(state, 3, "state (x, y, yaw)")
+        p = self.parameters(field, state, _finite_vector(velocity, 2, "velocity (v, w)"), goal, reference)
+        lbg = self._lbg.copy()
+        lbg[-self.config.N :] = min(
+            self.robot.clearance + self.config.clearance_buffer, float(field.distance(state[:2]))
+        )
+        problem = self._sqp.problem
+        problem.set_parameters(p)
+        out = []
+        for u in candidates:
+            x = np.asarray(u, dtype=float).reshape(-1)
+            f, g = problem.merit(x)
+            viol = np.maximum(self._lbx - x, 0).sum() + np.maximum(x - self._ubx, 0).sum()
+            viol += np.maximum(lbg - g, 0).sum() + np.maximum(g - self._ubg, 0).sum()
+            out.append(float(f + sigma * viol))
+        return out
+
     # --- internals ----------------------------------------------------------------------------------------------
     def _start(self, state: np.ndarray, warm_start: WarmStart | None, label: str | None) -> tuple[WarmStart, str]:
         n = self.config.N

@@ -49,9 +49,7 @@ class NavAdapter:
     def __init__(self, params: NavParams, types: convert.MessageTypes, controller: Controller | None = None) -> None:
         self.params = params
         self.types = types
-        self.controller = controller or Controller(
-            params.robot_model(), params.mpc_config(), params.controller_config()
-        )
+        self.controller = controller or params.controller()
         self._grid: _Stamped | None = None
         self._odom: _Stamped | None = None
         self._goal: np.ndarray | None = None

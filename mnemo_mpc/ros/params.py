@@ -55,6 +55,10 @@ class NavParams:
     max_iter: int = _p(10, "SQP iteration cap per control step (paper: 10)")
     fallback_solver: str = _p("ipopt", "NLP solver for failed SQP solves ('' to disable)")
     unknown_policy: str = _p("occupied", "how unknown grid cells count for clearance: 'occupied' or 'free'")
+    warm_start: str = _p(
+        "auto", "SQP start: cold, shift, learned, hybrid, or auto (hybrid when a model fits the robot, else shift)"
+    )
+    warm_start_model: str = _p("", "warm-start model (ONNX); empty: a shipped model that fits the robot")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -67,6 +71,10 @@ class NavParams:
         if self.horizon_steps < 2 or self.max_iter < 1:
             raise InputError(
                 f"parameters horizon_steps >= 2 and max_iter >= 1 expected, got {self.horizon_steps}, {self.max_iter}"
+            )
+        if self.warm_start not in ("auto", "cold", "shift", "learned", "hybrid"):
+            raise InputError(
+                f"parameter warm_start: expected auto, cold, shift, learned or hybrid, got {self.warm_start!r}"
             )
         if self.sqp_method not in ("sqp", "sqpmethod"):
             raise InputError(f"parameter sqp_method: expected 'sqp' or 'sqpmethod', got {self.sqp_method!r}")
@@ -137,10 +145,18 @@ class NavParams:
             fallback=self.fallback_solver or None,
         )
 
-    def controller_config(self) -> Any:
-        from mnemo_mpc.nav.controller import ControllerConfig
+    def controller(self) -> Any:
+        """The controller these parameters describe, with its warm-start model when the mode uses one."""
+        from mnemo_mpc.nav.controller import Controller, ControllerConfig
+        from mnemo_mpc.warmstart.runtime import resolve
 
-        return ControllerConfig(goal_tolerance_m=self.goal_tolerance_m, unknown_policy=self.unknown_policy)
+        robot, mpc = self.robot_model(), self.mpc_config()
+        mode = None if self.warm_start == "auto" else self.warm_start
+        mode, provider = resolve(mode, self.warm_start_model or None, robot, mpc.N, mpc.dt)
+        config = ControllerConfig(
+            goal_tolerance_m=self.goal_tolerance_m, unknown_policy=self.unknown_policy, warm_start=mode
+        )
+        return Controller(robot, mpc, config, provider)
 
 
 def write_default_yaml(path: str | Path) -> None:

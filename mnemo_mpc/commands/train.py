@@ -1,0 +1,84 @@
+"""`mnemo-mpc train --data DIR --out RUN_DIR`: train the spatial Mnemosyne ViT warm start on a collected store.
+
+Re-running the same command resumes after the last finished epoch. Data-parallel on several processes or GPUs:
+`torchrun --nproc-per-node K -m mnemo_mpc.cli train ...` (gloo on CPU, nccl on CUDA).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("train", help="train the warm-start ViT on a collected store (resumable)")
+    p.add_argument("--data", required=True, help="store written by `mnemo-mpc collect`")
+    p.add_argument("--out", required=True, help="run directory (checkpoints, history, loss curve)")
+    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--weight-decay", type=float, default=1e-4)
+    p.add_argument("--state-weight", type=float, default=1.0, help="weight of the rolled-out position error")
+    p.add_argument("--no-augment", action="store_true", help="no left-right mirror augmentation")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-train-worlds", type=int, default=None, help="train on a nested subset (learning curves)")
+    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:i")
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    p.add_argument("--input-workers", type=int, default=1, help="processes that build the input cache")
+    g = p.add_argument_group("model (defaults: the paper's 5x5 patches, 3 layers of width 64)")
+    g.add_argument("--attention", default="favor_plus", help="favor_plus, hyperbolic, favor_plus_plus or softmax")
+    g.add_argument("--num-features", type=int, default=16, help="random features r per head")
+    g.add_argument("--width", type=int, default=64)
+    g.add_argument("--depth", type=int, default=3)
+    g.add_argument("--heads", type=int, default=1)
+    g.add_argument("--patch", type=int, default=5)
+    g.add_argument("--crop", type=int, default=40, help="cells per side of the robot-frame crop")
+    g.add_argument("--crop-resolution", type=float, default=0.1, help="metres per crop cell")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=handler)
+
+
+def config_from_args(args: argparse.Namespace):  # noqa: ANN201 (TrainConfig, imported lazily)
+    from mnemo_mpc.warmstart.inputs import InputSpec
+    from mnemo_mpc.warmstart.model import ViTConfig
+    from mnemo_mpc.warmstart.train import TrainConfig
+
+    model = ViTConfig(
+        inputs=InputSpec(size=args.crop, resolution=args.crop_resolution),
+        patch=args.patch,
+        width=args.width,
+        depth=args.depth,
+        heads=args.heads,
+        attention=args.attention,
+        num_features=args.num_features,
+    )
+    return TrainConfig(
+        data=args.data,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        state_weight=args.state_weight,
+        augment=not args.no_augment,
+        seed=args.seed,
+        max_train_worlds=args.max_train_worlds,
+        device=args.device,
+        threads=args.threads,
+        input_workers=args.input_workers,
+        model=model,
+    )
+
+
+def handler(args: argparse.Namespace) -> int:
+    from mnemo_mpc.warmstart.train import train
+
+    result = train(config_from_args(args), args.out, progress=not args.no_progress)
+    h = result["history"]
+    if h is not None:
+        print(
+            f"{result['train_worlds']} training worlds ({result['train_examples']} examples), "
+            f"{result['val_worlds']} validation worlds; epoch {h['epoch']}: val loss {h['val_loss']:.3e}, "
+            f"RMS error v {h['val_rms_v']:.4f} m/s, w {h['val_rms_w']:.4f} rad/s (best val loss "
+            f"{result['best_val_loss']:.3e})"
+        )
+    print(f"wrote {args.out}")
+    return 0

@@ -1,0 +1,279 @@
+"""The spatial Mnemosyne ViT warm start: inputs, model, training, ONNX export and runtime, on a tiny real store."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from mnemo_mpc.errors import InputError
+from mnemo_mpc.planning.esdf import DistanceField
+from mnemo_mpc.planning.grid import OccupancyGrid
+from mnemo_mpc.planning.robot import RobotModel
+from mnemo_mpc.warmstart import data as wdata
+from mnemo_mpc.warmstart.inputs import InputSpec, grid_input, mirror, vector_input
+from mnemo_mpc.warmstart.model import ATTENTIONS, SpatialMnemosyneViT, ViTConfig, rollout
+
+pytest.importorskip("pybullet")
+ROBOT = RobotModel()
+STEPS = 25
+TINY = dict(width=16, depth=1, head_width=32, num_features=8)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """Four short closed-loop episodes (25 steps each) collected into a real store."""
+    from mnemo_mpc.dataset.collect import CollectConfig, collect
+    from mnemo_mpc.sim.episode import EpisodeConfig
+
+    root = tmp_path_factory.mktemp("ws") / "store"
+    cfg = CollectConfig(seed=7, episode=EpisodeConfig(record=True, time_limit_s=STEPS * 0.1, keep_plan_every=0))
+    collect(root, 4, cfg, workers=1, progress=False)
+    return root
+
+
+def train_cfg(store, **kw):
+    from mnemo_mpc.warmstart.train import TrainConfig
+
+    model = ViTConfig(**TINY)
+    base = dict(data=str(store), epochs=3, batch_size=16, lr=3e-3, val_fraction=0.25, threads=1, model=model)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+@pytest.mark.parametrize("attention", ATTENTIONS)
+def test_model_shapes_bounds_and_rollout_consistency(attention):
+    cfg = ViTConfig(attention=attention, **TINY)
+    torch.manual_seed(0)
+    model = SpatialMnemosyneViT(cfg).eval()
+    torch.nn.init.normal_(model.head[-1].weight, std=1.0)  # large raw outputs: the decoder must still bound them
+    spec = cfg.inputs
+    grid, vector = torch.randn(5, 2, spec.size, spec.size), torch.randn(5, spec.vector_size) * 0.5
+    with torch.no_grad():
+        u = model(grid, vector)
+    assert u.shape == (5, spec.N, 2) and torch.isfinite(u).all()
+    lim = cfg.limits
+    assert (u[..., 0] >= lim.v_min - 1e-6).all() and (u[..., 0] <= lim.v_max + 1e-6).all()
+    assert (u[..., 1].abs() <= lim.w_max + 1e-6).all()
+    # rate limits hold until the velocity bounds clip (the robot's current velocity is in range here)
+    vel = torch.tensor([[0.25, 0.0]]) / torch.tensor([lim.v_max, lim.w_max])
+    vector[:, :2] = vel
+    with torch.no_grad():
+        u = model(grid, vector)
+    steps = torch.diff(torch.cat([torch.tensor([[[0.25, 0.0]]]).expand(5, 1, 2), u], dim=1), dim=1).abs()
+    assert (steps <= torch.tensor([lim.a_max, lim.alpha_max]) * spec.dt + 1e-5).all()
+    # states by the robot model's rollout: dynamically consistent
+    start = np.array([0.3, -1.0, 2.0])
+    states = rollout(u.double(), spec.dt, torch.tensor(start).expand(5, 3)).numpy()
+    for b in range(5):
+        np.testing.assert_allclose(states[b], ROBOT.rollout(start, u[b].double().numpy(), spec.dt), atol=1e-12)
+
+
+def test_inputs_see_the_problem_in_the_robot_frame_and_mirror_exactly():
+    """The same situation at another pose gives the same inputs; mirroring the world mirrors the inputs."""
+    spec = InputSpec()
+    data = np.zeros((120, 120), np.int8)
+    data[70:80, 75:90] = 100
+    data[30:35, 20:100] = 100
+    grid = OccupancyGrid(data, 0.05, (-3.0, -3.0, 0.0))
+    field = DistanceField(grid)
+    pose = np.array([0.1, 0.2, 0.4])
+    ref = np.stack([pose[0] + np.linspace(0, 1.2, spec.N + 1), pose[1] + np.linspace(0, 0.3, spec.N + 1)], 1)
+    subgoal = np.array([1.3, 0.5, 0.8])
+    g0, v0 = grid_input(field, pose, ROBOT, spec), vector_input(pose, [0.3, 0.2], subgoal, ref, ROBOT, spec)
+    # the whole scene rotated and translated: identical inputs
+    rot, shift = 0.9, np.array([2.0, -1.0])
+    c, s = np.cos(rot), np.sin(rot)
+    r = np.array([[c, -s], [s, c]])
+    moved = OccupancyGrid(data, 0.05, (*(r @ [-3.0, -3.0] + shift), rot))
+
+    def move(p):
+        p = np.asarray(p, dtype=float)
+        return np.concatenate([r @ p[:2] + shift, p[2:] + rot]) if p.ndim == 1 else p[:, :2] @ r.T + shift
+
+    g1 = grid_input(DistanceField(moved), move(pose), ROBOT, spec)
+    v1 = vector_input(move(pose), [0.3, 0.2], move(subgoal), move(ref), ROBOT, spec)
+    np.testing.assert_allclose(g1, g0, atol=1e-5)
+    np.testing.assert_allclose(v1, v0, atol=1e-6)
+    # mirror the world about the robot's heading line: inputs mirror exactly
+    flipped = OccupancyGrid(data[::-1].copy(), 0.05, (-3.0, -3.0, 0.0))  # y -> -y about the grid's centre y = 0
+    fpose = np.array([pose[0], -pose[1], -pose[2]])
+    fref, fsub = ref * [1, -1], subgoal * [1, -1, -1]
+    g2 = grid_input(DistanceField(flipped), fpose, ROBOT, spec)
+    v2 = vector_input(fpose, [0.3, -0.2], fsub, fref, ROBOT, spec)
+    gm, vm, _ = mirror(g0, v0, np.zeros((spec.N, 2), np.float32), spec)
+    np.testing.assert_allclose(g2, gm, atol=1e-5)
+    np.testing.assert_allclose(v2, vm, atol=1e-6)
+
+
+def test_examples_come_from_converged_expert_steps(store):
+    spec = InputSpec()
+    cache = wdata.build_cache(store, spec, progress=False)
+    s = wdata.DatasetStore.open(store)
+    arrays = wdata.load(cache, s.world_ids)
+    assert len(arrays) == s.manifest["counts"]["examples_expert_converged"] > 0
+    assert arrays.grid.shape[1:] == (2, spec.size, spec.size) and arrays.vector.shape[1] == spec.vector_size
+    assert np.all(np.abs(arrays.grid) <= 1.0) and np.all(np.isfinite(arrays.vector))
+    assert np.all(arrays.controls[..., 0] >= -1e-6) and np.all(arrays.controls[..., 0] <= ROBOT.v_max + 1e-6)
+    # the first example of a world starts at rest (velocity 0) at the world's start
+    assert np.allclose(arrays.vector[0, :2], 0.0)
+    with pytest.raises(wdata.DatasetError, match="N="):
+        wdata.build_cache(store, InputSpec(N=20), progress=False)
+
+
+def test_a_tiny_training_run_lowers_the_validation_loss_and_resumes(store, tmp_path):
+    from mnemo_mpc.warmstart.train import train
+
+    out = tmp_path / "run"
+    first = train(train_cfg(store, epochs=1), out, progress=False)
+    result = train(train_cfg(store, epochs=6), out, progress=False)  # resumes after epoch 1
+    history = json.loads((out / "history.json").read_text())
+    assert [h["epoch"] for h in history] == list(range(1, 7))
+    assert history[-1]["val_loss"] < first["history"]["val_loss"]
+    assert history[-1]["train_loss"] < history[0]["train_loss"]
+    assert (out / "loss_curve.png").stat().st_size > 5000 and result["train_worlds"] == 3
+    with pytest.raises(InputError, match="another configuration"):
+        train(train_cfg(store, epochs=6, lr=1e-2), out, progress=False)
+
+
+@pytest.fixture(scope="module")
+def exported(store, tmp_path_factory):
+    from mnemo_mpc.warmstart.export import export
+    from mnemo_mpc.warmstart.train import train
+
+    out = tmp_path_factory.mktemp("run") / "run"
+    train(train_cfg(store, epochs=2), out, progress=False)
+    onnx_path = out.parent / "tiny.onnx"
+    info = export(out, onnx_path)
+    return out, onnx_path, info
+
+
+def test_export_checks_and_carries_the_metadata(exported):
+    import onnx
+
+    _, path, info = exported
+    proto = onnx.load(path)
+    onnx.checker.check_model(proto, full_check=True)
+    meta = {p.key: p.value for p in proto.metadata_props}
+    for key in (
+        "format",
+        "version",
+        "inputs",
+        "robot",
+        "footprint",
+        "normalisation",
+        "model",
+        "feature_map",
+        "training",
+    ):
+        assert f"mnemo_mpc.{key}" in meta
+    inputs = json.loads(meta["mnemo_mpc.inputs"])
+    assert inputs["N"] == 30 and inputs["dt"] == 0.1 and inputs["size"] == 40 and inputs["resolution"] == 0.1
+    assert json.loads(meta["mnemo_mpc.robot"])["v_max"] == ROBOT.v_max
+    assert json.loads(meta["mnemo_mpc.training"])["train_worlds"] == 3
+    batch = [d.dim_param for d in proto.graph.input[0].type.tensor_type.shape.dim][0]
+    assert batch == "batch"  # dynamic batch
+
+
+def test_onnx_runtime_matches_torch_on_dataset_batches(exported, store, caplog):
+    from mnemo_mpc.warmstart.runtime import WarmStartModel
+    from mnemo_mpc.warmstart.train import load_model
+
+    run, path, _ = exported
+    model, _ = load_model(run)
+    with caplog.at_level(logging.INFO, logger="mnemo_mpc.warmstart.runtime"):
+        rt = WarmStartModel(path, ROBOT, 30, 0.1)
+    assert rt.provider == "CPUExecutionProvider"  # no GPU on this machine
+    assert len([r for r in caplog.records if "warm-start model" in r.getMessage()]) == 1
+    arrays = wdata.load(wdata.cache_dir(store, model.cfg.inputs), wdata.DatasetStore.open(store).world_ids)
+    for batch in (1, 7, 32):
+        g, v = arrays.grid[:batch].astype(np.float32), arrays.vector[:batch]
+        with torch.no_grad():
+            want = model(torch.from_numpy(g), torch.from_numpy(v)).numpy()
+        assert np.abs(rt.predict(g, v) - want).max() <= 1e-4
+
+
+def test_runtime_errors_name_the_field(exported, tmp_path):
+    from mnemo_mpc.warmstart.runtime import WarmStartModel
+
+    _, path, _ = exported
+    with pytest.raises(InputError, match="mnemo_mpc.robot.v_max"):
+        WarmStartModel(path, replace(ROBOT, v_max=0.7), 30, 0.1)
+    with pytest.raises(InputError, match="N=30"):
+        WarmStartModel(path, ROBOT, 20, 0.1)
+    rt = WarmStartModel(path, ROBOT, 30, 0.1)
+    with pytest.raises(InputError, match="grid.*float32"):
+        rt.predict(np.zeros((1, 2, 40, 40)), np.zeros((1, 67), np.float32))
+    with pytest.raises(InputError, match=r"vector.*shape"):
+        rt.predict(np.zeros((1, 2, 40, 40), np.float32), np.zeros((1, 60), np.float32))
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(path.read_bytes()[:2000])
+    with pytest.raises(InputError, match="not a readable ONNX model"):
+        WarmStartModel(bad, ROBOT, 30, 0.1)
+    with pytest.raises(InputError, match="cannot read"):
+        WarmStartModel(tmp_path / "missing.onnx", ROBOT, 30, 0.1)
+
+
+def test_the_runtime_plugs_into_the_controller(exported):
+    """hybrid with a (weak) model drives a closed-loop episode: every step planned from one of the candidates."""
+    from mnemo_mpc.nav.controller import Controller, ControllerConfig
+    from mnemo_mpc.planning.worlds import generate_world
+    from mnemo_mpc.sim.episode import EpisodeConfig, run_episode
+    from mnemo_mpc.warmstart.runtime import WarmStartModel
+
+    _, path, _ = exported
+    model = WarmStartModel(path, ROBOT, 30, 0.1)
+    c = Controller(ROBOT, config=ControllerConfig(warm_start="hybrid"), warm_start_provider=model)
+    result = run_episode(generate_world(3), controller=c, config=EpisodeConfig(time_limit_s=3.0))
+    starts = {s["start"] for s in result.steps}
+    assert starts <= {"cold", "shift", "learned"} and all(s["status"] == "planned" for s in result.steps)
+
+
+@pytest.mark.slow
+def test_torchrun_trains_data_parallel_on_two_cpu_processes(store, tmp_path):
+    """DistributedDataParallel on the gloo backend, two processes: one history, written by rank 0."""
+    out = tmp_path / "ddp"
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "mnemo_mpc.cli",
+        "train",
+        "--data",
+        str(store),
+        "--out",
+        str(out),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "16",
+        "--width",
+        "16",
+        "--depth",
+        "1",
+        "--num-features",
+        "8",
+        "--threads",
+        "1",
+        "--no-progress",
+        "--device",
+        "cpu",
+    ]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    history = json.loads((out / "history.json").read_text())
+    assert [h["epoch"] for h in history] == [1, 2] and history[-1]["val_loss"] > 0
+    assert Path(out / "best.pt").exists()
