@@ -181,6 +181,67 @@ def test_export_checks_and_carries_the_metadata(exported):
     assert json.loads(meta["mnemo_mpc.training"])["train_worlds"] == 3
     batch = [d.dim_param for d in proto.graph.input[0].type.tensor_type.shape.dim][0]
     assert batch == "batch"  # dynamic batch
+    # export itself compares onnxruntime with torch on the run's validation examples
+    assert info["parity"]["inputs"] == "validation" and info["parity"]["examples"] > 0
+    assert info["parity"]["max_abs"] <= 1e-4
+    assert json.loads(meta["mnemo_mpc.parity"]) == info["parity"]
+
+
+def test_a_fixed_epoch_size_gives_every_training_set_the_same_steps_and_runs_compare(store, exported, tmp_path):
+    from mnemo_mpc.warmstart.compare import compare, plot
+    from mnemo_mpc.warmstart.train import train
+
+    result = train(train_cfg(store, epochs=1, epoch_examples=160), tmp_path / "run", progress=False)
+    assert result["train_examples"] < 160  # an epoch longer than the set: several passes, same step count
+    history = json.loads((tmp_path / "run" / "history.json").read_text())
+    assert len(history) == 1 and np.isfinite(history[0]["val_loss"])
+    with pytest.raises(InputError, match="epoch_examples"):
+        train_cfg(store, epoch_examples=4)
+    table = compare([str(exported[0]), str(tmp_path / "run")])
+    assert table["same_validation_split"] and set(table["differs"]) == {"epoch_examples", "epochs"}
+    assert [r["train_worlds"] for r in table["runs"]] == [3, 3]
+    assert table["runs"][1]["val_loss"] == history[0]["val_loss"]
+    plot(table, tmp_path / "runs.png")
+    assert (tmp_path / "runs.png").stat().st_size > 5000
+    with pytest.raises(InputError, match="not a finished training run"):
+        compare([str(tmp_path)])
+
+
+def test_bench_model_times_batches_and_sequence_lengths(exported):
+    from mnemo_mpc.bench.model import ModelBenchConfig, report, run
+
+    _, path, _ = exported
+    cfg = ModelBenchConfig(batches=(1, 4), crops=(20, 40), attentions=("favor_plus", "softmax"), repeats=3, warmup=1)
+    result = run(replace(cfg, model=str(path)), progress=False)
+    assert set(result["batch"]["favor_plus"]) == {"1", "4"} and set(result["sequence"]["softmax"]) == {"16", "64"}
+    assert result["growth"]["favor_plus"]["token_ratio"] == 4.0 and result["growth"]["favor_plus"]["ratio"] > 0
+    assert result["model"]["provider"] == "CPUExecutionProvider" and result["model"]["total_ms"]["p50"] > 0
+    assert "shipped model" in report(result)
+
+
+def test_bench_pipeline_and_the_study_run_on_a_model(exported, tmp_path, monkeypatch):
+    """Every mode on fresh and steady steps of a held-out world, with the schema the issue names; the study's
+    table and figure come from the same runs."""
+    from mnemo_mpc.bench.pipeline import PipelineConfig, run
+    from mnemo_mpc.experiments.mpc_warmstart import Config
+    from mnemo_mpc.experiments.runner import run_study
+
+    _, path, _ = exported
+    result = run(PipelineConfig(worlds=1, stride=10, max_steps=60, model=str(path)), progress=False)
+    assert set(result["modes"]) == {"cold", "shift", "learned", "hybrid"}
+    for mode, by in result["modes"].items():
+        assert set(by) == {"fresh", "steady"}, mode
+        for s in by.values():
+            assert {"iterations", "inference_ms", "total_ms", "feasible_rate"} <= set(s)
+            assert set(s["total_ms"]) == {"p50", "p95", "p99"}
+    hybrid = result["modes"]["hybrid"]["steady"]
+    assert set(hybrid["starts_used"]) <= {"shift", "learned"}
+    import mnemo_mpc.experiments.mpc_warmstart as study
+
+    monkeypatch.setattr(study, "quick_config", lambda: Config(worlds=1, stride=10, model=str(path)))
+    out = run_study("mpc_warmstart", tmp_path, mode="quick")
+    assert "learned_start_cuts_iterations" in out["claims"] and out["figures"] == ["mpc_warmstart.png"]
+    assert "paper: cold" in (tmp_path / "mpc_warmstart" / "summary.md").read_text()
 
 
 def test_onnx_runtime_matches_torch_on_dataset_batches(exported, store, caplog):

@@ -19,6 +19,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "mnemo_mpc.bench.pipeline",
         "warm starts (cold / shift / learned / hybrid) on fresh and steady steps of held-out closed-loop runs",
     ),
+    "model": (
+        "mnemo_mpc.bench.model",
+        "warm-start ViT latency under onnxruntime vs batch size and sequence length, per feature map",
+    ),
 }
 
 

@@ -23,6 +23,8 @@ def handler(args: argparse.Namespace) -> int:
     print(
         f"wrote {info['out']} ({info['bytes'] / 1e3:.0f} kB, {info['nodes']} nodes, feature map "
         f"{info['metadata']['mnemo_mpc.feature_map']}, trained on {training['train_worlds']} worlds / "
-        f"{training['train_examples']} examples, epoch {training['epoch']})"
+        f"{training['train_examples']} examples, epoch {training['epoch']}); onnxruntime vs torch max abs "
+        f"difference {info['parity']['max_abs']:.2e} on {info['parity']['examples']} {info['parity']['inputs']} "
+        "examples"
     )
     return 0

@@ -21,6 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-augment", action="store_true", help="no left-right mirror augmentation")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-train-worlds", type=int, default=None, help="train on a nested subset (learning curves)")
+    p.add_argument(
+        "--epoch-examples", type=int, default=None, help="examples per epoch (default: the whole training set)"
+    )
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:i")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     p.add_argument("--input-workers", type=int, default=1, help="processes that build the input cache")
@@ -61,6 +64,7 @@ def config_from_args(args: argparse.Namespace):  # noqa: ANN201 (TrainConfig, im
         augment=not args.no_augment,
         seed=args.seed,
         max_train_worlds=args.max_train_worlds,
+        epoch_examples=args.epoch_examples,
         device=args.device,
         threads=args.threads,
         input_workers=args.input_workers,

@@ -40,6 +40,8 @@ STUDIES: dict[str, str] = {
     "scaling_laws": "mnemo_mpc.experiments.scaling_laws",
     "factual_recall": "mnemo_mpc.experiments.factual_recall",
     "induction_head": "mnemo_mpc.experiments.induction_head",
+    # seed 002 §5.2: the learned warm start of the SQP MPC
+    "mpc_warmstart": "mnemo_mpc.experiments.mpc_warmstart",
 }
 
 

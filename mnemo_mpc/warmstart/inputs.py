@@ -18,6 +18,7 @@ sign), the augmentation the data module uses.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -50,12 +51,19 @@ class InputSpec:
         return 2 * self.N + 7
 
     def lattice(self) -> np.ndarray:
-        """(S, S, 2) robot-frame (forward, left) coordinates of the crop's cell centres."""
-        centres = (np.arange(self.size) + 0.5) * self.resolution
-        fwd = centres - self.behind_m
-        left = centres - 0.5 * self.size * self.resolution
-        f, lft = np.meshgrid(fwd, left, indexing="ij")
-        return np.stack([f, lft], axis=-1)
+        """(S, S, 2) robot-frame (forward, left) coordinates of the crop's cell centres (read-only, cached)."""
+        return _lattice(self)
+
+
+@functools.lru_cache(maxsize=8)
+def _lattice(spec: InputSpec) -> np.ndarray:
+    centres = (np.arange(spec.size) + 0.5) * spec.resolution
+    fwd = centres - spec.behind_m
+    left = centres - 0.5 * spec.size * spec.resolution
+    f, lft = np.meshgrid(fwd, left, indexing="ij")
+    out = np.stack([f, lft], axis=-1)
+    out.flags.writeable = False
+    return out
 
 
 def _rotation(yaw: float) -> np.ndarray:

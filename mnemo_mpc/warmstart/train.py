@@ -52,6 +52,7 @@ class TrainConfig:
     seed: int = 0
     val_fraction: float = 0.1
     max_train_worlds: int | None = None  # a nested subset of the training worlds (learning curves)
+    epoch_examples: int | None = None  # examples per epoch, drawn without replacement (default: the training set)
     device: str = "auto"  # "auto": CUDA when present, else CPU
     threads: int | None = None
     input_workers: int = 1  # processes that build the input cache
@@ -60,6 +61,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_size < 1 or not self.lr > 0:
             raise InputError(f"TrainConfig: expected epochs >= 1, batch_size >= 1, lr > 0, got {self}")
+        if self.epoch_examples is not None and self.epoch_examples < self.batch_size:
+            raise InputError(f"TrainConfig.epoch_examples: expected >= batch_size, got {self.epoch_examples}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise InputError(f"TrainConfig.device: expected auto, cpu or cuda[:i], got {self.device!r}")
 
@@ -210,7 +213,8 @@ def train(cfg: TrainConfig, out: str | os.PathLike[str], progress: bool = True) 
     model = SpatialMnemosyneViT(cfg.model).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     per_rank = max(1, cfg.batch_size // world_size)
-    steps_per_epoch = max(1, len(train_set) // cfg.batch_size)
+    # A fixed epoch size gives every training-set size the same steps and schedule (learning curves).
+    steps_per_epoch = max(1, (cfg.epoch_examples or len(train_set)) // cfg.batch_size)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(cfg, steps_per_epoch))
     objective = Objective(cfg.model, cfg.state_weight, device)
     history: list[dict[str, Any]] = []
@@ -235,7 +239,11 @@ def train(cfg: TrainConfig, out: str | os.PathLike[str], progress: bool = True) 
         model.train()
         gen = torch.Generator().manual_seed(cfg.seed * 100_003 + epoch)
         order = torch.randperm(len(train_set), generator=gen).numpy()
-        flips = torch.rand(len(train_set), generator=gen).numpy() < 0.5
+        if steps_per_epoch * cfg.batch_size > len(order):  # an epoch longer than the set: concatenated passes
+            reps = -(-steps_per_epoch * cfg.batch_size // len(order))
+            more = [torch.randperm(len(train_set), generator=gen).numpy() for _ in range(reps - 1)]
+            order = np.concatenate([order, *more])
+        flips = torch.rand(len(order), generator=gen).numpy() < 0.5  # per draw: a repeated example may flip
         t0, total, seen = time.perf_counter(), 0.0, 0
         bar = tqdm(range(steps_per_epoch), desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not progress or rank)
         try:
@@ -245,7 +253,7 @@ def train(cfg: TrainConfig, out: str | os.PathLike[str], progress: bool = True) 
                 v = torch.from_numpy(train_set.vector[idx]).to(device)
                 y = torch.from_numpy(train_set.controls[idx]).to(device)
                 if cfg.augment:
-                    f = torch.from_numpy(flips[idx]).to(device)
+                    f = torch.from_numpy(flips[step * cfg.batch_size : step * cfg.batch_size + len(idx)]).to(device)
                     g = torch.where(f[:, None, None, None], g.flip(-1), g)
                     v = torch.where(f[:, None], v * sign_vec, v)
                     y = torch.where(f[:, None, None], y * sign_u, y)
