@@ -12,9 +12,9 @@ reference) is solved once per start:
   (shift vs learned on the merit, the learned start taking the shift's multipliers; `nav.controller.choose_start`).
 
 Each summary has the SQP benchmark's keys (iterations, time, time per iteration, success, feasibility) plus
-`inference_ms` (input features + model) and `total_ms` (inference + candidate merit + solve); `learned` also has the
-prediction's RMS error against the step's optimum (the cold solve's), to place the model on `bench sqp`'s accuracy
-curve.
+`inference_ms` (input features + model + rollout into a start) and `total_ms` (inference + candidate merit +
+solve); `learned` also has the prediction's RMS error against the step's optimum (the cold solve's), to place the
+model on `bench sqp`'s accuracy curve.
 """
 
 from __future__ import annotations
@@ -182,8 +182,9 @@ def _record(mpc: Any, model: Any, ctx: Any, prev: Any, acc: dict, errors: list, 
             ctx.field, ctx.pose, ctx.velocity, ctx.subgoal, ctx.reference, warm_start=start, start_label=label
         )
 
-    learned = model(ctx)
-    infer_s = model.last_features_s + model.last_inference_s
+    t = time.perf_counter()
+    learned = model(ctx)  # input features, the session, and the rollout of the predicted controls into a start
+    infer_s = time.perf_counter() - t
     cold = Solve(solve(None, "cold"), start_used="cold")
     acc["cold"]["fresh"].append(cold)
     acc["learned"]["fresh"].append(Solve(solve(learned, "learned"), infer_s, 0.0, "learned"))

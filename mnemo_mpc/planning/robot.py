@@ -85,11 +85,15 @@ class RobotModel:
         return np.stack([x, y, yaw], axis=-1)
 
     def rollout(self, state: np.ndarray, controls: np.ndarray, dt: float) -> np.ndarray:
-        """States (N+1, 3) from `state` under `controls` (N, 2)."""
-        out = [np.asarray(state, dtype=float)]
-        for u in np.asarray(controls, dtype=float):
-            out.append(self.step(out[-1], u, dt))
-        return np.stack(out)
+        """States (N+1, 3) from `state` under `controls` (N, 2): `unicycle_step` applied N times, written as running
+        sums (the yaw, then x and y along the midpoint headings) that add in the same order as the loop would."""
+        s = np.asarray(state, dtype=float)
+        u = np.asarray(controls, dtype=float).reshape(-1, 2)
+        yaw = np.cumsum(np.concatenate([s[2:3], dt * u[:, 1]]))
+        mid = yaw[:-1] + 0.5 * dt * u[:, 1]
+        x = np.cumsum(np.concatenate([s[0:1], dt * u[:, 0] * np.cos(mid)]))
+        y = np.cumsum(np.concatenate([s[1:2], dt * u[:, 0] * np.sin(mid)]))
+        return np.stack([x, y, yaw], axis=-1)
 
     def clip_control(self, control: np.ndarray) -> np.ndarray:
         return np.clip(np.asarray(control, dtype=float), self.control_lower, self.control_upper)
