@@ -234,6 +234,8 @@ def test_bench_pipeline_and_the_study_run_on_a_model(exported, tmp_path, monkeyp
         for s in by.values():
             assert {"iterations", "inference_ms", "total_ms", "feasible_rate"} <= set(s)
             assert set(s["total_ms"]) == {"p50", "p95", "p99"}
+    hard = result["modes"]["learned"]["fresh"]["where_cold_needs_4_or_more"]
+    assert hard["n"] == result["modes"]["cold"]["fresh"]["where_cold_needs_4_or_more"]["n"]
     hybrid = result["modes"]["hybrid"]["steady"]
     assert set(hybrid["starts_used"]) <= {"shift", "learned"}
     import mnemo_mpc.experiments.mpc_warmstart as study

@@ -28,6 +28,7 @@ from typing import Any
 from mnemo_mpc.errors import InputError, MnemoError
 
 MODES = ("cold", "shift", "learned", "hybrid")
+HARD_COLD_ITERATIONS = 4
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,14 @@ def run(cfg: PipelineConfig, progress: bool = True) -> dict:
                 obs = sim.step(float(out.command[0]), float(out.command[1]))
     modes = {m: {kind: summarize(v, cfg.clock) for kind, v in acc[m].items() if v} for m in MODES}
     modes["shift"]["fresh"] = dict(modes["cold"]["fresh"], note="no previous solution: falls back to cold")
+    # The hard fresh steps: those where the cold start needs >= 4 iterations (the paper's cold average is 4.78).
+    hard = [i for i, s in enumerate(acc["cold"]["fresh"]) if s.result.iterations >= HARD_COLD_ITERATIONS]
+    for m in ("cold", "learned", "hybrid"):
+        its = [acc[m]["fresh"][i].result.iterations for i in hard]
+        modes[m]["fresh"]["where_cold_needs_4_or_more"] = {
+            "n": len(hard),
+            "iterations_mean": float(np.mean(its)) if its else None,
+        }
     if errors:
         e = np.concatenate(errors)
         modes["learned"]["fresh"]["prediction_rms_error"] = {
@@ -218,6 +227,12 @@ def report(result: dict) -> str:
                 f"{s['total_ms']['p50']:9.2f} {s['total_ms']['p95']:6.2f} {s['total_ms']['p99']:6.2f} "
                 f"{s['success_rate']:7.3f} {s['feasible_rate']:8.3f}"
             )
+    hard = {m: result["modes"][m]["fresh"].get("where_cold_needs_4_or_more") for m in ("cold", "learned", "hybrid")}
+    if hard["cold"] and hard["cold"]["n"]:
+        lines.append(
+            f"fresh steps where cold needs >= 4 iterations ({hard['cold']['n']}): mean iterations "
+            + ", ".join(f"{m} {h['iterations_mean']:.2f}" for m, h in hard.items())
+        )
     e = result["modes"]["learned"]["fresh"].get("prediction_rms_error")
     if e:
         lines.append(f"learned prediction vs the step's optimum: RMS v {e['v']:.4f} m/s, w {e['w']:.4f} rad/s")

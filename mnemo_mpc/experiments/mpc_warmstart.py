@@ -43,7 +43,8 @@ def run_seed(cfg: Config, seed: int, ctx: RunContext) -> dict:
         progress=False,
     )
     keep = ("iterations", "time_ms", "inference_ms", "total_ms", "success_rate", "feasible_rate")
-    modes = {m: {k: {x: s[x] for x in keep} for k, s in by.items()} for m, by in result["modes"].items()}
+    keep += ("where_cold_needs_4_or_more",)
+    modes = {m: {k: {x: s[x] for x in keep if x in s} for k, s in by.items()} for m, by in result["modes"].items()}
     return {
         "modes": modes,
         "recorded_steps": result["config"]["recorded_steps"],
@@ -56,6 +57,16 @@ def _mean(per_seed: dict[int, dict], mode: str, kind: str, key: str, stat: str) 
     import numpy as np
 
     return float(np.mean([r["modes"][mode][kind][key][stat] for r in per_seed.values()]))
+
+
+def _hard(per_seed: dict[int, dict], mode: str) -> tuple[int, float]:
+    """(count, mean iterations) over the fresh steps where the cold start needs >= 4 iterations, all seeds."""
+    n, total = 0, 0.0
+    for r in per_seed.values():
+        h = r["modes"][mode]["fresh"].get("where_cold_needs_4_or_more") or {"n": 0}
+        if h["n"]:
+            n, total = n + h["n"], total + h["n"] * h["iterations_mean"]
+    return n, (total / n if n else float("nan"))
 
 
 def summarize(cfg: Config, per_seed: dict[int, dict], ctx: RunContext) -> Summary:
@@ -73,23 +84,29 @@ def summarize(cfg: Config, per_seed: dict[int, dict], ctx: RunContext) -> Summar
                     "solve_p50": _mean(per_seed, mode, kind, "time_ms", "p50"),
                     "inference_p50": _mean(per_seed, mode, kind, "inference_ms", "p50"),
                     "total_p50": _mean(per_seed, mode, kind, "total_ms", "p50"),
+                    "total_p95": _mean(per_seed, mode, kind, "total_ms", "p95"),
                     "feasible": min(r["modes"][mode][kind]["feasible_rate"] for r in per_seed.values()),
                 }
     cold, learned = rows[("cold", "fresh")], rows[("learned", "fresh")]
+    hard = {m: _hard(per_seed, m) for m in ("cold", "learned")}
     claims = {
         "learned_start_cuts_iterations": learned["iterations"] < cold["iterations"],
-        "learned_start_about_one_iteration": learned["iterations"] <= 1.5,
+        "learned_start_about_one_iteration": learned["iterations"] <= 1.5 and hard["learned"][1] <= 1.5,
         "learned_pipeline_faster_than_cold": learned["total_p50"] < cold["total_p50"],
     }
     ratio = cold["iterations"] / max(learned["iterations"], 1e-9)
     notes = {
         "learned_start_cuts_iterations": f"fresh steps: cold {cold['iterations']:.2f} → learned "
         f"{learned['iterations']:.2f} iterations (÷{ratio:.2f}; paper 4.78 → 1, ÷4.78)",
-        "learned_start_about_one_iteration": f"learned {learned['iterations']:.2f} mean iterations on fresh steps "
-        "(criterion ≤ 1.5; `bench sqp`'s accuracy curve says a start within ≈ 0.1–0.3 % of the control range is "
-        "needed for that, see the prediction error in results.json)",
+        "learned_start_about_one_iteration": f"learned {learned['iterations']:.2f} mean iterations on all fresh "
+        f"steps and {hard['learned'][1]:.2f} on the {hard['learned'][0]} where cold needs ≥ 4 (cold there: "
+        f"{hard['cold'][1]:.2f}); criterion ≤ 1.5 on both",
         "learned_pipeline_faster_than_cold": f"total p50 (inference + solve): cold {cold['total_p50']:.2f} ms, "
-        f"learned {learned['total_p50']:.2f} ms (paper 120 → 48 ms)",
+        f"learned {learned['total_p50']:.2f} ms; p95 {cold['total_p95']:.2f} vs {learned['total_p95']:.2f} ms "
+        f"(paper 120 → 48 ms). The paper's 11 ms inference paid for itself against a 120 ms cold solve; our cold "
+        f"solve takes {cold['solve_p50']:.2f} ms p50, so the {learned['inference_p50']:.2f} ms of features, "
+        "network and rollout (measured inside the loop, where the weights have left the cache) must be weighed "
+        "against ~2.3 saved iterations of ~0.14 ms each",
     }
     if ("hybrid", "steady") in rows:
         hyb, shift = rows[("hybrid", "steady")], rows[("shift", "steady")]
@@ -128,7 +145,9 @@ def summarize(cfg: Config, per_seed: dict[int, dict], ctx: RunContext) -> Summar
     fig.tight_layout()
     figure = ctx.save_figure(fig, "mpc_warmstart")
     return Summary(
-        numbers={f"{m}/{k}": r for (m, k), r in rows.items()} | {"paper": PAPER_ROWS},
+        numbers={f"{m}/{k}": r for (m, k), r in rows.items()}
+        | {"fresh_where_cold_needs_4_or_more": {m: {"n": h[0], "iterations_mean": h[1]} for m, h in hard.items()}}
+        | {"paper": PAPER_ROWS},
         claims=claims,
         claim_notes=notes,
         figures=[figure],
