@@ -11,7 +11,7 @@ $(STAMP): setup.py constraints.txt
 	$(PY) -m pip install -q --upgrade pip "setuptools<80" wheel
 	# torch first and pinned: an unpinned torch drags in GBs of CUDA wheels.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,ros]"
 	touch $(STAMP)
 
 demo: $(STAMP)

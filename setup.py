@@ -46,6 +46,17 @@ setup(
     extras_require={
         "dev": ["pytest", "pytest-timeout", "ruff", "catkin_pkg", "colcon-core", "colcon-ros", "ray[default]"],
         "ray": ["ray[default]"],
+        # ROS 2 Jazzy's rclpy and messages as wheels (Fast DDS), for running the node outside a ROS install
+        "ros": [
+            f"{name}; platform_system == 'Linux'"
+            for name in (
+                "ros-jazzy-rclpy[fastrtps]",
+                "ros-jazzy-nav-msgs",
+                "ros-jazzy-geometry-msgs",
+                "ros-jazzy-sensor-msgs",
+                "ros-jazzy-std-msgs",
+            )
+        ],
     },
     zip_safe=True,
     entry_points={

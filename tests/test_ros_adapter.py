@@ -137,7 +137,7 @@ def test_node_module_needs_rclpy():
     try:
         import rclpy  # noqa: F401
     except ImportError:
-        pytest.skip("rclpy is not installable here (not on PyPI; Debian ships only ROS1): the node runs under ROS2")
+        pytest.skip("rclpy not installed (pip install -e '.[ros]': ROS 2 Jazzy wheels)")
     from mnemo_mpc.ros import node
 
     assert node.NODE_NAME == "mnemo_mpc_nav"

@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from mnemo_mpc.errors import InputError, MnemoError
+from mnemo_mpc.warmstart import MODES
 
-MODES = ("cold", "shift", "learned", "hybrid")
 HARD_COLD_ITERATIONS = 4
 
 
@@ -184,7 +184,6 @@ def run(cfg: PipelineConfig, progress: bool = True) -> dict:
 
 def _record(mpc: Any, model: Any, ctx: Any, prev: Any, acc: dict, errors: list, choose_start: Any) -> None:
     """Solve one recorded step's problem from every start (module docstring)."""
-    import numpy as np
 
     def solve(start: Any, label: str) -> Any:
         return mpc.solve(
@@ -208,9 +207,8 @@ def _record(mpc: Any, model: Any, ctx: Any, prev: Any, acc: dict, errors: list, 
     acc["cold"]["steady"].append(cold)
     acc["shift"]["steady"].append(Solve(solve(shift, "shift"), start_used="shift"))
     acc["learned"]["steady"].append(acc["learned"]["fresh"][-1])
-    sigma = max(1.0, 1.01 * float(np.abs(prev.duals["lam_g"]).max(initial=0.0))) if prev.duals else 1.0
     t = time.perf_counter()
-    start, name = choose_start(mpc, ctx, shift, learned, sigma)
+    start, name = choose_start(mpc, ctx, shift, learned)
     acc["hybrid"]["steady"].append(Solve(solve(start, "hybrid"), infer_s, time.perf_counter() - t, name))
 
 

@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from mnemo_mpc.warmstart import MODES
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -20,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--difficulty", type=float, default=None, help="world difficulty in [0, 1] (default: generator's)")
     p.add_argument(
         "--warmstart",
-        choices=("cold", "shift", "learned", "hybrid"),
+        choices=MODES,
         default="shift",
         help="start of the closed-loop solves that drive the robot (the recorded expert is always converged)",
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mnemo_mpc.errors import InputError
+from mnemo_mpc.warmstart import MODES
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def add_warmstart_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--warmstart",
-        choices=("cold", "shift", "learned", "hybrid"),
+        choices=MODES,
         default=None,
         help="SQP start: hold the pose, the shifted previous plan, the learned model, or the better of the last two "
         "(default: hybrid when a shipped model fits the robot, else shift)",

@@ -14,12 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mnemo_mpc.experiments.runner import RunContext, Summary
+from mnemo_mpc.warmstart import MODES
 
 TITLE = "Learned warm start of the SQP MPC (spatial Mnemosyne ViT)"
 PAPER = "seed 002 §5.2 (4.78 → 1 SQP iterations; 0.12 s → 0.048 s incl. 0.011 s inference)"
 
 PAPER_ROWS = {"cold": (4.78, 120.0, None), "learned": (1.0, 48.0, 11.0)}  # iterations, total ms, inference ms
-MODES = ("cold", "shift", "learned", "hybrid")
 
 
 @dataclass

@@ -32,10 +32,9 @@ from mnemo_mpc.planning.esdf import DistanceField
 from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.planning.mpc import SQPMPC, MPCConfig, PlanResult, WarmStart
 from mnemo_mpc.planning.robot import RobotModel
+from mnemo_mpc.warmstart import MODES
 
 log = logging.getLogger(__name__)
-
-WARM_STARTS = ("cold", "shift", "learned", "hybrid")
 
 
 @dataclass
@@ -61,13 +60,12 @@ class ControllerConfig:
     v_ref_fraction: float = 0.8  # reference speed along the global path, as a fraction of v_max
     subgoal_clearance_m: float = 0.15  # free space demanded around a sub-goal cell
     reuse_previous_plan: bool = True  # on a failed solve, follow the previous plan while it stays collision-free
-    warm_start: str = (
-        "shift"  # "cold" | "shift" | "learned" | "hybrid" (module docstring); the last two need a provider
-    )
+    # mnemo_mpc.warmstart.MODES (module docstring); "learned" and "hybrid" need a warm-start provider
+    warm_start: str = "shift"
 
     def __post_init__(self) -> None:
-        if self.warm_start not in WARM_STARTS:
-            raise InputError(f"ControllerConfig.warm_start: expected one of {WARM_STARTS}, got {self.warm_start!r}")
+        if self.warm_start not in MODES:
+            raise InputError(f"ControllerConfig.warm_start: expected one of {MODES}, got {self.warm_start!r}")
         if not (math.isfinite(self.goal_tolerance_m) and self.goal_tolerance_m > 0):
             raise InputError(f"ControllerConfig.goal_tolerance_m: expected > 0, got {self.goal_tolerance_m}")
         if not 0 < self.v_ref_fraction <= 1:
@@ -291,18 +289,12 @@ class Controller:
         if mode == "cold":
             return None, "cold"
         shift = self._shifted()
-        if mode == "shift":
-            return (shift, "shift") if shift is not None else (None, "cold")
-        learned = self._learned(context)
-        if mode == "learned":
-            if learned is not None:
-                return learned, "learned"
-            return (shift, "shift") if shift is not None else (None, "cold")
-        mpc = self.mpc(context.field.shape)
-        sigma = 1.0
-        if self._last_plan is not None and "lam_g" in self._last_plan.duals:
-            sigma = max(sigma, 1.01 * float(np.abs(self._last_plan.duals["lam_g"]).max(initial=0.0)))
-        return choose_start(mpc, context, shift, learned, sigma)
+        learned = self._learned(context) if mode in ("learned", "hybrid") else None
+        if mode == "hybrid":
+            return choose_start(self.mpc(context.field.shape), context, shift, learned)
+        if learned is not None:
+            return learned, "learned"
+        return (shift, "shift") if shift is not None else (None, "cold")
 
     def _fallback(self, field_: DistanceField, pose: np.ndarray, velocity: np.ndarray) -> tuple[np.ndarray, str]:
         """Next control of the previous plan if that plan, re-anchored at the current pose, is still collision-free;
@@ -318,14 +310,18 @@ class Controller:
 
 
 def choose_start(
-    mpc: SQPMPC, context: WarmStartContext, shift: WarmStart | None, learned: WarmStart | None, sigma: float = 1.0
+    mpc: SQPMPC, context: WarmStartContext, shift: WarmStart | None, learned: WarmStart | None
 ) -> tuple[WarmStart | None, str]:
     """The "hybrid" start: the candidate (shift, learned, and cold when there is no shift) with the lowest merit
-    (`SQPMPC.merit`, f + sigma * constraint violation). The learned start inherits the shift's multipliers: they
-    belong to this problem too, and with a start at the optimum let the SQP stop at iteration 0."""
+    (`SQPMPC.merit`, f + sigma * constraint violation, sigma = max(1, 1.01 |lambda_g|_inf) of the shift's multipliers
+    as the SQP's line search would set it). The learned start inherits the shift's multipliers: they belong to this
+    problem too, and with a start at the optimum let the SQP stop at iteration 0."""
     candidates: list[tuple[str, WarmStart | None]] = []
+    sigma = 1.0
     if shift is not None:
         candidates.append(("shift", shift))
+        if shift.lam_g is not None:
+            sigma = max(sigma, 1.01 * float(np.abs(shift.lam_g).max(initial=0.0)))
     if learned is not None:
         lam = (shift.lam_g, shift.lam_x) if shift is not None else (None, None)
         candidates.append(("learned", WarmStart(learned.states, learned.controls, *lam)))
@@ -333,16 +329,10 @@ def choose_start(
         candidates.append(("cold", None))
     if len(candidates) == 1:
         return candidates[0][1], candidates[0][0]
-    hold = mpc.cold_start(context.pose).controls
+    controls = [mpc.cold_start(context.pose).controls if ws is None else ws.controls for _, ws in candidates]
     try:
         merits = mpc.merit(
-            context.field,
-            context.pose,
-            context.velocity,
-            context.subgoal,
-            context.reference,
-            [hold if ws is None else ws.controls for _, ws in candidates],
-            sigma,
+            context.field, context.pose, context.velocity, context.subgoal, context.reference, controls, sigma
         )
     except InfeasibleProblemError:
         return candidates[0][1], candidates[0][0]

@@ -322,11 +322,8 @@ class SQPMPC:
             )
         _check_goal(field, goal)
         guess, label = self._start(state, warm_start, start_label)
-        # A start already inside the margin band must still have a feasible problem: never get closer than now.
-        lb_clear = min(robot.clearance + cfg.clearance_buffer, d0)
         p = self.parameters(field, state, velocity, goal, reference)
-        lbg = self._lbg.copy()
-        lbg[-n:] = lb_clear
+        lbg = self._constraint_lower(d0)
         solve = self._solve_sqp if cfg.method == "sqp" else self._solve_sqpmethod
         out = solve(state, guess, p, lbg, cfg.max_iter if max_iter is None else max_iter)
         if not out["success"] and cfg.fallback is not None:
@@ -375,22 +372,18 @@ class SQPMPC:
             raise InputError("SQPMPC.merit: needs method 'sqp' (the condensed NLP's merit function)")
         state = _finite_vector(state, 3, "state (x, y, yaw)")
         p = self.parameters(field, state, _finite_vector(velocity, 2, "velocity (v, w)"), goal, reference)
-        lbg = self._lbg.copy()
-        lbg[-self.config.N :] = min(
-            self.robot.clearance + self.config.clearance_buffer, float(field.distance(state[:2]))
-        )
-        problem = self._sqp.problem
-        problem.set_parameters(p)
-        out = []
-        for u in candidates:
-            x = np.asarray(u, dtype=float).reshape(-1)
-            f, g = problem.merit(x)
-            viol = np.maximum(self._lbx - x, 0).sum() + np.maximum(x - self._ubx, 0).sum()
-            viol += np.maximum(lbg - g, 0).sum() + np.maximum(g - self._ubg, 0).sum()
-            out.append(float(f + sigma * viol))
-        return out
+        lbg = self._constraint_lower(float(field.distance(state[:2])))
+        xs = [np.asarray(u, dtype=float).reshape(-1) for u in candidates]
+        return self._sqp.merit(xs, p, self._lbx, self._ubx, lbg, self._ubg, sigma)
 
     # --- internals ----------------------------------------------------------------------------------------------
+    def _constraint_lower(self, d0: float) -> np.ndarray:
+        """Lower bounds of g for a start whose clearance is d0: a start already inside the margin band must still
+        have a feasible problem, so the clearance bound is never above the current clearance."""
+        lbg = self._lbg.copy()
+        lbg[-self.config.N :] = min(self.robot.clearance + self.config.clearance_buffer, d0)
+        return lbg
+
     def _start(self, state: np.ndarray, warm_start: WarmStart | None, label: str | None) -> tuple[WarmStart, str]:
         n = self.config.N
         if warm_start is None:

@@ -14,6 +14,7 @@ from builtin_interfaces.msg import Time
 from geometry_msgs.msg import Point, Pose, PoseStamped, Quaternion, Twist, TwistStamped, Vector3
 from nav_msgs.msg import MapMetaData, OccupancyGrid, Odometry, Path
 from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Header
@@ -62,9 +63,13 @@ class NavNode(Node):
         self.cmd_pub = self.create_publisher(TwistStamped if p.use_stamped_twist else Twist, p.cmd_vel_topic, 10)
         self.plan_pub = self.create_publisher(Path, p.local_plan_topic, 1)
         self.create_timer(1.0 / p.control_rate_hz, self._tick)
+        controller = self.adapter.controller
+        model = controller.warm_start_provider
         self.get_logger().info(
             f"mnemo_mpc local planner: N={p.horizon_steps}, dt={p.dt}, {p.sqp_method}, {p.control_rate_hz} Hz, "
-            f"grid '{p.grid_topic}', odom '{p.odom_topic}', goal '{p.goal_topic}' in frame '{p.frame_id}'"
+            f"grid '{p.grid_topic}', odom '{p.odom_topic}', goal '{p.goal_topic}' in frame '{p.frame_id}'; "
+            f"warm start {controller.config.warm_start}"
+            + (f" with {model.info.path} on {model.provider}" if model is not None else "")
         )
 
     def _now(self) -> float:
@@ -94,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     node = NavNode()
     try:
         rclpy.spin(node)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, ExternalShutdownException):  # Ctrl-C, or SIGTERM from launch / a supervisor
         pass
     finally:
         node.destroy_node()

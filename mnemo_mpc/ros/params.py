@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from mnemo_mpc.errors import InputError
+from mnemo_mpc.warmstart import MODES
 
 NODE_NAME = "mnemo_mpc_nav"
 
@@ -72,7 +73,7 @@ class NavParams:
             raise InputError(
                 f"parameters horizon_steps >= 2 and max_iter >= 1 expected, got {self.horizon_steps}, {self.max_iter}"
             )
-        if self.warm_start not in ("auto", "cold", "shift", "learned", "hybrid"):
+        if self.warm_start not in ("auto", *MODES):
             raise InputError(
                 f"parameter warm_start: expected auto, cold, shift, learned or hybrid, got {self.warm_start!r}"
             )

@@ -2,6 +2,11 @@
 
 `inputs` turns an MPC problem into the model's inputs (a robot-frame crop of the distance field + the robot state,
 sub-goal and reference), `model` is the ViT whose attention is Mnemosyne's bidirectional compact associative memory,
-`data` builds training arrays from a collected store, `train` fits it, `export` writes ONNX with its metadata,
-`runtime` runs it with onnxruntime, and `policy` chooses the start (cold / shift / learned / hybrid).
+`data` builds training arrays from a collected store, `train` fits it, `compare` sets runs side by side, `export`
+writes ONNX with its metadata and `runtime` runs it with onnxruntime. Which start a solve gets (`MODES`) is the
+controller's choice (`mnemo_mpc.nav.controller`, `choose_start` for "hybrid").
 """
+
+# The SQP's start: hold the pose, the shifted previous solution, the model's prediction, or the better of the last
+# two on the NLP's merit. Kept here, import-light, for the command lines and the node's parameters.
+MODES = ("cold", "shift", "learned", "hybrid")

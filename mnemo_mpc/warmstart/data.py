@@ -21,7 +21,6 @@ import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -75,6 +74,8 @@ def world_examples(store: DatasetStore, world_id: int, spec: InputSpec, robot: R
     missing = [f for f in (*FIELDS, "expert_success") if f not in group.array_keys()]
     if missing:
         raise DatasetError(f"{store.root}: world {world_id} lacks {missing} (collected by an older version)")
+    # The distance field as the collecting controller saw it (unknown cells occupied or free).
+    unknown_policy = store.manifest["config"].get("controller", {}).get("unknown_policy", "occupied")
     ok = np.flatnonzero(np.asarray(group["expert_success"][:]))
     a = {f: np.asarray(group[f][:]) for f in FIELDS}
     m = ok.size
@@ -85,7 +86,7 @@ def world_examples(store: DatasetStore, world_id: int, spec: InputSpec, robot: R
     }
     for i, row in enumerate(ok):
         grid = OccupancyGrid(a["grid"][row], float(a["grid_resolution"][row]), tuple(a["grid_origin"][row]))
-        field = DistanceField(grid)
+        field = DistanceField(grid, unknown_policy)
         out["grid"][i] = grid_input(field, a["pose"][row], robot, spec)
         out["vector"][i] = vector_input(
             a["pose"][row], a["velocity"][row], a["subgoal"][row], a["reference"][row], robot, spec
@@ -168,8 +169,3 @@ def world_split(
         order = np.random.default_rng(seed).permutation(len(train))
         train = sorted(train[i] for i in order[:max_train_worlds])
     return train, val
-
-
-def summary(store_root: str | os.PathLike[str]) -> dict[str, Any]:
-    store = DatasetStore.open(store_root)
-    return {"worlds": len(store.world_ids), "examples": store.manifest["counts"]["examples_expert_converged"]}

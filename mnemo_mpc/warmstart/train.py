@@ -33,7 +33,7 @@ import torch
 from mnemo_mpc.atomic import atomic_write_bytes, atomic_write_json
 from mnemo_mpc.errors import InputError
 from mnemo_mpc.warmstart import data as wdata
-from mnemo_mpc.warmstart.inputs import InputSpec, mirror_sign
+from mnemo_mpc.warmstart.inputs import mirror_sign
 from mnemo_mpc.warmstart.model import RobotLimits, SpatialMnemosyneViT, ViTConfig, rollout
 
 log = logging.getLogger(__name__)
@@ -352,7 +352,3 @@ def load_model(run_dir: str | os.PathLike[str], which: str = "best") -> tuple[Sp
     model.load_state_dict(ckpt["model"])
     model.eval()
     return model, {**ckpt, "config": cfg}
-
-
-def input_spec_of(run_dir: str | os.PathLike[str]) -> InputSpec:
-    return TrainConfig.from_dict(json.loads((Path(run_dir) / "config.json").read_text())).model.inputs
