@@ -1,10 +1,21 @@
 """mnemo_mpc: an ament_python ROS2 package that is also a plain pip package."""
 
+import os
 from glob import glob
 
 from setuptools import find_packages, setup
 
 PACKAGE = "mnemo_mpc"
+
+
+def tree(folder: str) -> list[tuple[str, list[str]]]:
+    """data_files entries installing `folder` to share/<package>/<folder> with its directory structure."""
+    return [
+        (f"share/{PACKAGE}/{root}", sorted(os.path.join(root, f) for f in files))
+        for root, _, files in sorted(os.walk(folder))
+        if files
+    ]
+
 
 setup(
     name=PACKAGE,
@@ -16,13 +27,13 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
-    package_data={PACKAGE: ["sim/assets/*.urdf"]},
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
         (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
         (f"share/{PACKAGE}/config", glob("config/*.yaml")),
         (f"share/{PACKAGE}/models", glob("models/*.onnx") + glob("models/*.md") + glob("models/*.json")),
+        *tree("sim"),  # robot URDFs, sample worlds (map_server maps), scenarios: mnemo_mpc.resources finds them
     ],
     install_requires=[
         "numpy",
@@ -55,6 +66,8 @@ setup(
                 "ros-jazzy-geometry-msgs",
                 "ros-jazzy-sensor-msgs",
                 "ros-jazzy-std-msgs",
+                "ros-jazzy-diagnostic-msgs",
+                "ros-jazzy-rosgraph-msgs",
             )
         ],
     },
@@ -63,6 +76,7 @@ setup(
         "console_scripts": [
             "mnemo-mpc = mnemo_mpc.cli:main",
             "nav_node = mnemo_mpc.ros.node:main",
+            "sim_node = mnemo_mpc.ros.sim_node:main",
         ],
     },
 )

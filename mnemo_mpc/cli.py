@@ -16,7 +16,7 @@ from mnemo_mpc import __version__
 from mnemo_mpc.errors import MnemoError
 
 # Sub-command name -> module in mnemo_mpc.commands. A module that is not there yet is skipped.
-COMMANDS = ("demo", "bench", "eval", "collect", "data", "train", "export", "runs", "replay")
+COMMANDS = ("demo", "bench", "eval", "collect", "data", "train", "export", "runs", "replay", "dds_loop")
 
 
 def build_parser() -> argparse.ArgumentParser:

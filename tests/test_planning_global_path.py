@@ -63,7 +63,8 @@ def test_local_reference_spacing_progress_and_end():
     ref = local_reference(path, np.array([0.52, 0.1, 0.0]), horizon=10, dt=0.1, speed=0.4)
     assert ref.points.shape == (11, 2)
     np.testing.assert_allclose(np.diff(ref.points[:, 0]), 0.04, atol=1e-9)
-    assert ref.points[0, 0] == pytest.approx(0.5) and ref.progress == 10 and not ref.at_end
+    # the reference starts at the robot's projection onto the path; progress is its arc length
+    assert ref.points[0, 0] == pytest.approx(0.52) and ref.progress == pytest.approx(0.52) and not ref.at_end
     assert ref.goal[2] == pytest.approx(0.0)
     end = local_reference(path, np.array([2.9, 0.0, 0.0]), horizon=10, dt=0.1, speed=0.4, goal_yaw=1.0)
     assert end.at_end and end.goal[2] == 1.0 and end.points[-1, 0] == pytest.approx(3.0)

@@ -309,3 +309,21 @@ def test_warm_start_with_duals_of_the_other_method_is_refused(recorded):
     wrong = WarmStart(cold.states, cold.controls, np.zeros(6 * SUITE.mpc.N), np.zeros(5 * SUITE.mpc.N + 3))
     with pytest.raises(InputError, match="multipliers"):
         mpc._start(cold.states[0], wrong, None)
+
+
+def test_a_wall_clock_budget_stops_the_sqp_between_iterations():
+    from mnemo_mpc.planning.esdf import DistanceField
+    from mnemo_mpc.planning.grid import OccupancyGrid
+    from mnemo_mpc.planning.mpc import SQPMPC, MPCConfig
+    from mnemo_mpc.planning.robot import RobotModel
+    from mnemo_mpc.planning.sqp import SQPOptions
+
+    with pytest.raises(InputError, match="max_time_s"):
+        SQPOptions(max_time_s=0.0)
+    field = DistanceField(OccupancyGrid(np.zeros((40, 40), np.int8), 0.05, (-1.0, -1.0, 0.0)))
+    goal = np.array([0.6, 0.2, 0.0])
+    budget = SQPMPC(RobotModel(), MPCConfig(max_time_s=1e-9, fallback=None), (40, 40))
+    res = budget.solve(field, np.zeros(3), np.zeros(2), goal)
+    assert res.status == "time_limit" and res.iterations == 0 and not res.success
+    free = budget.with_config(max_time_s=None).solve(field, np.zeros(3), np.zeros(2), goal)
+    assert free.success and free.iterations >= 2

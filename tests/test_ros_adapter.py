@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mnemo_mpc.errors import InputError
 from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.ros import convert
 from mnemo_mpc.ros.adapter import NavAdapter
@@ -72,51 +73,169 @@ def test_plans_checked_commands_and_a_local_plan(store, types):
     assert len(res.local_plan.poses) == params.horizon_steps + 1
 
 
-def test_stale_odometry_decelerates_within_limits(store, types):
+def stamped(types, msg, stamp_s):
+    msg.header = convert.make_header(types, stamp_s, msg.header.frame_id)
+    return msg
+
+
+def drive(ad, store, types, ticks, t0=0.0, goal=(1.8, 0.0, 0.0), odometry=True):
+    """Tick `ticks` control periods with ideal odometry (the robot does what it was told, integrated); returns
+    (time, published commands). With odometry=False, nothing new arrives (frozen odometry and grid)."""
+    period = ad.period_s
+    robot = ad.params.robot_model()
+    if ad.goal is None:
+        ad.on_goal(goal_msg(types, goal), t0)
+    pose, vel, t, commands = np.zeros(3), np.zeros(2), t0, []
+    for _ in range(ticks):
+        t += period
+        if odometry:
+            ad.on_grid(stamped(types, convert.make_grid_msg(types, local_grid(pose[:2]), 0.0, "odom"), t), t)
+            ad.on_odometry(stamped(types, odom_msg(store, types, pose, vel), t), t)
+        res = ad.tick(t)
+        if res.command is not None:
+            commands.append(res.command.copy())
+            vel = res.command.copy()
+            pose = robot.step(pose, vel, period)
+    return t, np.array(commands)
+
+
+def assert_within_limits(commands, params, previous=(0.0, 0.0)):
+    robot, period = params.robot_model(), params.control_period_s
+    cmds = np.vstack([np.asarray(previous, float)[None], commands])
+    assert np.all(np.isfinite(cmds))
+    assert np.all(cmds[:, 0] >= robot.v_min - 1e-12) and np.all(cmds[:, 0] <= robot.v_max + 1e-12)
+    assert np.all(np.abs(cmds[:, 1]) <= robot.w_max + 1e-12)
+    steps = np.abs(np.diff(cmds, axis=0))
+    assert np.all(steps[:, 0] <= robot.a_max * period * (1 + 1e-9)), steps[:, 0].max()
+    assert np.all(steps[:, 1] <= robot.alpha_max * period * (1 + 1e-9)), steps[:, 1].max()
+
+
+@pytest.mark.parametrize("rate_hz", [10.0, 50.0])
+def test_frozen_odometry_ramps_the_command_to_zero_within_the_limits(store, types, rate_hz):
+    # Defect: each stale tick stepped down once from the *stale* odometry velocity, so the command never reached 0.
+    params = NavParams(control_rate_hz=rate_hz)
+    ad = NavAdapter(params, types)
+    t, moving = drive(ad, store, types, int(1.5 * rate_hz))
+    assert moving[-1][0] > 0.2  # cruising
+    _, stopping = drive(ad, store, types, int(2.0 * rate_hz), t0=t, odometry=False)
+    assert ad.stats.last_status == "stale_input" and "odometry last received" in ad.stats.last_reason
+    assert_within_limits(np.vstack([moving, stopping]), params)
+    assert np.all(stopping[-5:] == 0.0)
+
+
+@pytest.mark.parametrize("rate_hz", [10.0, 20.0, 50.0])
+def test_acceleration_limits_hold_per_control_period(store, types, rate_hz):
+    # Defect: at 50 Hz the limits were applied per MPC dt (0.1 s): 0.1 m/s steps every 20 ms.
+    params = NavParams(control_rate_hz=rate_hz)
+    ad = NavAdapter(params, types)
+    _, commands = drive(ad, store, types, int(1.5 * rate_hz))
+    assert ad.stats.statuses["planned"] > 0
+    assert_within_limits(commands, params)
+
+
+def test_control_rate_below_the_mpc_step_is_refused():
+    with pytest.raises(InputError, match="control_rate_hz: expected >= 1/dt"):
+        NavParams(control_rate_hz=5.0, dt=0.1)
+
+
+def test_goal_reached_ramps_to_zero_then_idles(store, types):
     params = NavParams()
     ad = NavAdapter(params, types)
-    ad.on_grid(convert.make_grid_msg(types, local_grid(), 0.0, "odom"), 0.0)
-    ad.on_odometry(odom_msg(store, types, (0, 0, 0), (0.4, 0.5)), 0.0)
-    ad.on_goal(goal_msg(types, (1.5, -0.8, 0.0)), 0.0)
-    res = ad.tick(params.stale_timeout_s + 0.1)
-    assert res.status == "stale_input"
-    np.testing.assert_allclose(res.command, [0.4 - params.a_max * params.dt, 0.5 - params.alpha_max * params.dt])
-    assert res.local_plan is None
+    t, commands = drive(ad, store, types, 80, goal=(1.0, 0.0, 0.0))
+    assert ad.goal is None and ad.tick(t + 0.1).status == "idle"
+    assert ad.stats.statuses["goal_reached"] >= 1 and np.all(commands[-1] == 0.0)
+    assert_within_limits(commands, params)
 
 
-def test_messages_in_other_frames_are_dropped(store, types):
+def test_bad_messages_are_rejected_at_the_callback_with_a_reason(store, types):
     ad = NavAdapter(NavParams(), types)
     ad.on_goal(goal_msg(types, (1.0, 0.0, 0.0), frame="map"), 0.0)
-    assert ad.goal is None
+    assert ad.goal is None and "frame_id 'map'" in ad.last_rejection
+    for side in (1, 3):  # defect: a 1x1 grid was accepted, then raised out of the control tick
+        tiny = OccupancyGrid(np.zeros((side, side), np.int8), 0.05, (0.0, 0.0, 0.0))
+        ad.on_grid(convert.make_grid_msg(types, tiny, 0.0, "odom"), 0.0)
+        assert "expected >= 4 x 4" in ad.last_rejection
+    bad = convert.make_grid_msg(types, local_grid(), 0.0, "odom")
+    bad.info.resolution = 0.0
+    ad.on_grid(bad, 0.0)
+    assert "resolution" in ad.last_rejection
+    short = convert.make_grid_msg(types, local_grid(), 0.0, "odom")
+    short.data = short.data[:-1]
+    ad.on_grid(short, 0.0)
+    assert "width*height" in ad.last_rejection
     ad.on_goal(goal_msg(types, (1.0, 0.0, 0.0)), 0.0)
-    ad.on_odometry(odom_msg(store, types, (0, 0, 0), (0, 0), frame="map"), 0.0)
-    ad.on_grid(convert.make_grid_msg(types, local_grid(), 0.0, "odom"), 0.0)
-    assert ad.tick(0.1).status == "stale_input"  # the odometry never arrived in the right frame
+    res = ad.tick(0.1)
+    assert res.status == "stale_input" and res.reason == "no odometry received"
+    assert ad.stats.rejected["grid"] == 4
 
 
-def test_goal_reached_brakes_within_limits_then_idles(store, types):
+def test_old_future_and_out_of_order_stamps_do_not_count_as_fresh(store, types):
+    # Defect: stamps that jumped backwards made 0.6 s old data count as fresh.
     params = NavParams()
     ad = NavAdapter(params, types)
-    ad.on_grid(convert.make_grid_msg(types, local_grid(), 0.0, "odom"), 0.0)
-    ad.on_goal(goal_msg(types, (0.05, 0.0, 0.0)), 0.0)
-    ad.on_odometry(odom_msg(store, types, (0, 0, 0), (0.35, 0.0)), 0.0)
-    braking = ad.tick(0.1)
-    assert braking.status == "goal_reached"
-    np.testing.assert_allclose(braking.command, [0.35 - params.a_max * params.dt, 0.0])
-    assert ad.goal is not None  # still ours to stop
-    ad.on_odometry(odom_msg(store, types, (0, 0, 0), (0.0, 0.0)), 0.15)
-    assert np.all(ad.tick(0.2).command == 0.0)
-    assert ad.tick(0.3).status == "idle"
+    ad.on_goal(goal_msg(types, (1.5, 0.0, 0.0)), 10.0)
+    grid = convert.make_grid_msg(types, local_grid(), 10.0, "odom")
+    ad.on_grid(grid, 10.0)
+    ad.on_odometry(stamped(types, odom_msg(store, types, (0, 0, 0), (0, 0)), 9.4), 10.0)  # stamped 0.6 s ago
+    assert "0.600 s behind the clock" in ad.last_rejection
+    assert ad.tick(10.0).reason == "no odometry received"
+    ad.on_odometry(stamped(types, odom_msg(store, types, (0, 0, 0), (0, 0)), 10.1), 10.1)
+    assert ad.tick(10.1).status == "planned"
+    ad.on_odometry(stamped(types, odom_msg(store, types, (0, 0, 0), (0, 0)), 10.05), 10.15)  # out of order
+    assert "older than the last accepted" in ad.last_rejection
+    assert ad.tick(10.2).status == "planned"
+    for stamp in (1e6, -5.0):  # far future (it would block every later message) or negative: dropped
+        ad.on_odometry(stamped(types, odom_msg(store, types, (0, 0, 0), (0, 0)), stamp), 10.2)
+        assert "the clock" in ad.last_rejection
+    ad.on_odometry(stamped(types, odom_msg(store, types, (0, 0, 0), (0, 0)), 10.25), 10.25)
+    assert ad.tick(10.25).status == "planned"
+    assert "odometry last received 0.750 s ago" in ad.tick(11.0).reason
+    assert "clock went back" in ad.tick(5.0).reason  # e.g. a simulator restarted
+    ad.on_odometry(stamped(types, odom_msg(store, types, (0, 0, 0), (0, 0)), 5.0), 5.0)  # its new stamps are taken
 
 
-def test_goal_reached_at_rest_sends_one_zero_then_idles(store, types):
-    ad = NavAdapter(NavParams(), types)
+def test_any_costmap_is_fitted_to_one_planning_window(store, types):
+    # Defect: a 2000 x 2000 costmap took 28 s in one tick (a new NLP per grid shape, an ESDF over 4 M cells).
+    params = NavParams(max_grid_cells=2000 * 2000)
+    ad = NavAdapter(params, types)
+    ad.on_goal(goal_msg(types, (1.2, 0.4, 0.0)), 0.0)
+    ad.on_odometry(odom_msg(store, types, (0, 0, 0), (0, 0)), 0.0)
+    big = np.zeros((2000, 2000), np.int8)
+    big[1000:1010, 1030:1036] = 100
+    for grid in (
+        OccupancyGrid(big, 0.05, (-50.0, -50.0, 0.0)),  # a whole map
+        OccupancyGrid(big[:400, :400], 0.01, (-2.0, -2.0, 0.0)),  # finer
+        OccupancyGrid(np.zeros((40, 40), np.int8), 0.1, (-2.0, -2.0, 0.3)),  # coarser and rotated
+    ):
+        ad.on_grid(convert.make_grid_msg(types, grid, 0.0, "odom"), 0.0)
+        assert ad.tick(0.05).status == "planned"
+    assert set(ad.controller._mpcs) == {ad.window_shape}
+    too_big = convert.make_grid_msg(types, OccupancyGrid(np.zeros((2001, 2000), np.int8), 0.05), 0.0, "odom")
+    ad.on_grid(too_big, 0.0)
+    assert "max_grid_cells" in ad.last_rejection
+
+
+def test_a_failed_plan_says_why(store, types):
+    ad = NavAdapter(NavParams(fallback_solver=""), types)
     ad.on_grid(convert.make_grid_msg(types, local_grid(), 0.0, "odom"), 0.0)
     ad.on_odometry(odom_msg(store, types, (0, 0, 0), (0, 0)), 0.0)
-    ad.on_goal(goal_msg(types, (0.05, 0.0, 0.0)), 0.0)
+    ad.on_goal(goal_msg(types, (0.65, 0.5, 0.0)), 0.0)  # inside the box obstacle
     res = ad.tick(0.1)
-    assert res.status == "goal_reached" and np.all(res.command == 0.0)
-    assert ad.tick(0.2).status == "idle"
+    assert res.status == "fallback_stop" and res.reason
+    level, message, values = ad.diagnostics()
+    assert level == 2 and "fallback_stop" in message and values["fallbacks"] == "1"
+
+
+def test_the_same_goal_twice_does_not_restart_the_plan(store, types, monkeypatch):
+    ad = NavAdapter(NavParams(), types)
+    resets = []
+    monkeypatch.setattr(ad.controller, "reset", lambda: resets.append(1))
+    goal = goal_msg(types, (1.0, 0.0, 0.0))
+    ad.on_goal(goal, 0.0)
+    ad.on_goal(goal, 0.0)  # the volatile and the transient-local subscription both deliver it
+    assert len(resets) == 1
+    ad.on_goal(stamped(types, goal_msg(types, (1.0, 0.0, 0.0)), 3.0), 3.0)  # sent again later: a new goal
+    assert len(resets) == 2
 
 
 def test_rclpy_is_imported_only_by_the_node():
@@ -128,7 +247,7 @@ def test_rclpy_is_imported_only_by_the_node():
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
-            if any(n.split(".")[0] == "rclpy" for n in names) and path.name != "node.py":
+            if any(n.split(".")[0] == "rclpy" for n in names) and path.name not in ("node.py", "sim_node.py"):
                 offenders.append(str(path.relative_to(ROOT)))
     assert offenders == []
 
@@ -141,3 +260,13 @@ def test_node_module_needs_rclpy():
     from mnemo_mpc.ros import node
 
     assert node.NODE_NAME == "mnemo_mpc_nav"
+
+
+def test_a_goal_beyond_a_small_costmap_is_approached_without_a_global_path(store, types):
+    # The 4 m costmap is fitted into the 6 m planning window: the padding is unknown space, where the MPC refuses a
+    # goal; with no global path the sub-goal is the farthest known-free point on the line to it.
+    params = NavParams()
+    ad = NavAdapter(params, types)
+    drive(ad, store, types, 100, goal=(2.6, 0.0, 0.0))
+    assert set(ad.stats.statuses) == {"planned", "goal_reached", "idle"}, ad.stats.statuses
+    assert ad.goal is None  # reached

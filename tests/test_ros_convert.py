@@ -103,3 +103,11 @@ def test_yaw_quaternion_inverse():
             x, y, z, w = q
 
         assert convert.yaw_from_quaternion(Q) == pytest.approx(yaw, abs=1e-12)
+
+
+def test_stamps_just_below_a_second_round_up_not_back(env):
+    _, types = env
+    # Defect: 2.9999999999999996 s became sec=2, nanosec=0 (the rounded nanoseconds wrapped), a stamp 1 s in the past.
+    stamp = convert.make_header(types, 2.9999999999999996, "odom").stamp
+    assert (stamp.sec, stamp.nanosec) == (3, 0)
+    assert convert.stamp_seconds(convert.make_header(types, 12.25, "odom").stamp) == 12.25

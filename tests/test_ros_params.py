@@ -19,7 +19,7 @@ def test_shipped_yaml_sets_every_parameter_to_its_default():
     assert params == NavParams()
     import yaml
 
-    names = set(yaml.safe_load(CONFIG.read_text())[NODE_NAME]["ros__parameters"])
+    names = set(yaml.safe_load(CONFIG.read_text())["/**"]["ros__parameters"])
     assert names == {f.name for f in dataclasses.fields(NavParams)}
 
 
@@ -53,3 +53,17 @@ def test_unknown_and_mistyped_parameters_are_named(tmp_path):
     bad.write_text("mnemo_mpc_nav: [unclosed\n")
     with pytest.raises(InputError, match="cannot read"):
         NavParams.from_yaml(bad)
+
+
+def test_wildcard_and_named_entries_apply_the_named_one_wins(tmp_path):
+    # Defect: a file keyed by the node name was silently ignored under a namespace; '/**' matches any namespace.
+    f = tmp_path / "p.yaml"
+    f.write_text(
+        "/**:\n  ros__parameters:\n    control_rate_hz: 20\n    v_max: 0.4\n"
+        f"/robot1/{NODE_NAME}:\n  ros__parameters:\n    v_max: 0.3\n"
+    )
+    params = NavParams.from_yaml(f)
+    assert params.control_rate_hz == 20.0 and isinstance(params.control_rate_hz, float)  # an integer is accepted
+    assert params.v_max == 0.3
+    f.write_text(f"{NODE_NAME}:\n  ros__parameters:\n    max_iter: 5\n")
+    assert NavParams.from_yaml(f).max_iter == 5

@@ -23,6 +23,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "mnemo_mpc.bench.model",
         "warm-start ViT latency under onnxruntime vs batch size and sequence length, per feature map",
     ),
+    "node": (
+        "mnemo_mpc.bench.node",
+        "the ROS node core's control tick (callbacks + adapter + controller) on a closed-loop message stream",
+    ),
 }
 
 

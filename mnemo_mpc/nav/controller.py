@@ -9,7 +9,8 @@ applied. Around that core this module adds what a robot needs and the paper does
   `mnemo_mpc.warmstart`, called with a `WarmStartContext`), or "hybrid": the shifted and the learned candidate (and
   the cold one when there is no shift) compared on the NLP's own merit (`SQPMPC.merit`, cost + weighted constraint
   violation), the better one kept, so never worse than the shift by that measure;
-* the global path -> sub-goal/reference (`mnemo_mpc.nav.reference`);
+* the global path -> sub-goal/reference (`mnemo_mpc.nav.reference`); with no path, a goal the grid has not seen as
+  free yet is approached through the farthest known-free point on the line to it;
 * safety: the output is always finite and inside the velocity and acceleration limits (clipped and flagged); a failed
   solve falls back to the previous plan's next control while that plan is still collision-free in the current grid,
   else to a stop that decelerates within the acceleration limits; at the goal the command goes to zero within the
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mnemo_mpc.errors import InfeasibleProblemError, InputError
-from mnemo_mpc.nav.reference import subgoal_and_reference
+from mnemo_mpc.nav.reference import subgoal_and_reference, visible_subgoal
 from mnemo_mpc.planning.esdf import DistanceField
 from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.planning.mpc import SQPMPC, MPCConfig, PlanResult, WarmStart
@@ -188,6 +189,8 @@ class Controller:
                 self._progress,
                 cfg.subgoal_clearance_m,
             )
+        else:
+            subgoal = visible_subgoal(grid, pose, goal, cfg.subgoal_clearance_m)
 
         field_ = DistanceField(grid, cfg.unknown_policy)
         context = WarmStartContext(field_, pose, velocity, np.asarray(subgoal, dtype=float), reference)

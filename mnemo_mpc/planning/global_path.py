@@ -5,6 +5,10 @@ behind walls and in dead ends, so it tracks a reference cut from a global shorte
 `skimage.graph.MCP_Geometric` (minimum-cost path, 8-connected, diagonal steps cost sqrt(2)) over cells whose
 clearance exceeds radius + margin; a soft cost near obstacles keeps the path towards corridor centres, where the MPC
 has room.
+
+`local_reference` cuts the MPC's reference from a path by arc length, starting at the robot's projection onto the
+path's segments, so any sampling of the same polyline (this planner's 5 cm points, a `nav_msgs/Path` of waypoints
+metres apart, a bare start -> goal pair) gives the same reference.
 """
 
 from __future__ import annotations
@@ -98,8 +102,37 @@ def plan_global_path(
 class LocalReference:
     points: np.ndarray  # (N+1, 2) reference positions for knots 0..N
     goal: np.ndarray  # (3,) sub-goal pose: the last reference point, heading along the path (final goal at the end)
-    progress: int  # index of the path point closest to the robot
+    progress: float  # arc length (m) along the path of the robot's projection onto it
     at_end: bool  # the horizon reaches the end of the path
+
+
+def project_onto_path(path: np.ndarray, xy: np.ndarray, s_min: float = 0.0) -> float:
+    """Arc length along the polyline `path` (K, 2) of its point closest to `xy`, among the points at arc length
+    >= `s_min`.
+
+    The robot is projected onto the segments path[j] -> path[j+1], not onto the vertices, so the result does not
+    depend on how densely the path is sampled: waypoints 2 m apart give what the same path sampled every 5 cm gives.
+    Ties go to the earlier point.
+    """
+    path, xy = np.asarray(path, dtype=float), np.asarray(xy, dtype=float)
+    seg_vec = np.diff(path, axis=0)
+    seg_len = np.hypot(*seg_vec.T)
+    s = np.concatenate([[0.0], np.cumsum(seg_len)])
+    if s[-1] <= 0.0:
+        return 0.0
+    s_min = min(max(float(s_min), 0.0), float(s[-1]))
+    first = min(max(int(np.searchsorted(s, s_min, side="right")) - 1, 0), len(seg_len) - 1)
+    a, d, length = path[first:-1], seg_vec[first:], seg_len[first:]
+    len2 = length**2
+    # Zero-length segments (repeated waypoints) project onto their vertex.
+    t = np.einsum("ij,ij->i", xy - a, d) / np.where(len2 > 0, len2, 1.0)
+    t_min = np.zeros_like(t)
+    if length[0] > 0:
+        t_min[0] = (s_min - s[first]) / length[0]  # the first segment only counts from s_min on
+    t = np.clip(t, t_min, 1.0)
+    dist = np.hypot(*(a + t[:, None] * d - xy).T)
+    k = int(np.argmin(dist))
+    return float(s[first + k] + t[k] * length[k])
 
 
 def local_reference(
@@ -109,13 +142,17 @@ def local_reference(
     dt: float,
     speed: float,
     goal_yaw: float | None = None,
-    progress: int = 0,
-    lookback: int = 20,
+    progress: float = 0.0,
+    lookback_m: float = 1.0,
 ) -> LocalReference:
-    """The MPC reference: `horizon`+1 points spaced `speed * dt` along `path`, from the point closest to the robot.
+    """The MPC reference: `horizon`+1 points spaced `speed * dt` of arc length along `path`, from the robot's
+    projection onto it.
 
-    The closest point is searched from `progress - lookback` onward, so the reference never jumps back to an earlier
-    pass of a path that loops near itself.
+    Any sampling of the same polyline gives the same reference: the robot is projected onto the path's segments
+    (`project_onto_path`) and the points are interpolated by arc length, so a sparse path (waypoints metres apart, a
+    bare start -> goal pair) is tracked like a dense one. `progress` is the previous call's (0 for a new path); the
+    projection is searched from `lookback_m` behind it onward, so the reference never jumps back to an earlier pass of
+    a path that loops near itself.
     """
     path = np.asarray(path, dtype=float)
     if path.ndim != 2 or path.shape[1] != 2 or len(path) < 1 or not np.all(np.isfinite(path)):
@@ -123,21 +160,32 @@ def local_reference(
     state = np.asarray(state, dtype=float)
     if state.shape != (3,) or not np.all(np.isfinite(state)):
         raise InputError(f"local_reference.state: expected finite (x, y, yaw), got {state.tolist()}")
-    lo = max(0, int(progress) - lookback)
-    i = lo + int(np.argmin(np.hypot(*(path[lo:] - state[:2]).T)))
+    if not math.isfinite(float(progress)):
+        raise InputError(f"local_reference.progress: expected a finite arc length in metres, got {progress}")
     seg = np.hypot(*np.diff(path, axis=0).T)
     s = np.concatenate([[0.0], np.cumsum(seg)])
-    targets = s[i] + speed * dt * np.arange(horizon + 1)
+    s_robot = project_onto_path(path, state[:2], float(progress) - lookback_m)
+    targets = s_robot + speed * dt * np.arange(horizon + 1)
     at_end = bool(targets[-1] >= s[-1])
     targets = np.minimum(targets, s[-1])
     points = np.stack([np.interp(targets, s, path[:, 0]), np.interp(targets, s, path[:, 1])], axis=-1)
     if at_end and goal_yaw is not None:
         yaw = float(goal_yaw)
     else:
-        j = min(int(np.searchsorted(s, targets[-1])), len(path) - 1)
-        d = path[j] - path[max(j - 1, 0)] if j > 0 else path[min(1, len(path) - 1)] - path[0]
+        d = _direction_at(path, s, seg, targets[-1])
         yaw = math.atan2(d[1], d[0]) if np.any(d) else float(state[2])
-    return LocalReference(points, np.array([points[-1, 0], points[-1, 1], yaw]), i, at_end)
+    return LocalReference(points, np.array([points[-1, 0], points[-1, 1], yaw]), s_robot, at_end)
+
+
+def _direction_at(path: np.ndarray, s: np.ndarray, seg: np.ndarray, target: float) -> np.ndarray:
+    """Direction of the segment holding arc length `target` (zero vector for a path of one point or one place)."""
+    nonzero = np.flatnonzero(seg > 0)
+    if len(nonzero) == 0:
+        return np.zeros(2)
+    j = min(max(int(np.searchsorted(s, target, side="left")) - 1, 0), len(seg) - 1)
+    # A repeated waypoint has no direction: take the next real segment (the previous one at the end of the path).
+    j = int(nonzero[min(int(np.searchsorted(nonzero, j)), len(nonzero) - 1)])
+    return path[j + 1] - path[j]
 
 
 def _resample(pts: np.ndarray, spacing: float, sigma: float) -> np.ndarray:

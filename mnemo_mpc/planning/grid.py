@@ -169,3 +169,50 @@ class OccupancyGrid:
         return OccupancyGrid(
             out, self.resolution, (float(ox), float(oy), self.origin[2]), self.occupied_thresh, self.free_thresh
         )
+
+    # --- any grid -> the MPC's fixed window (a costmap of another size, resolution or orientation) ------------------
+    def classes(self) -> np.ndarray:
+        """Per-cell class as a rank ordered by caution: 0 free, 1 unknown, 2 occupied."""
+        return np.where(self.occupied_mask(), 2, np.where(self.free_mask(), 0, 1)).astype(np.int8)
+
+    def coarsened(self, factor: int) -> OccupancyGrid:
+        """Cells `factor` times larger, each the most cautious class of the cells it covers (occupied > unknown >
+        free), so no obstacle is lost when a fine costmap is resampled; partial blocks at the far edges are kept."""
+        k = int(factor)
+        if k < 1:
+            raise InputError(f"OccupancyGrid.coarsened.factor: expected an integer >= 1, got {factor}")
+        if k == 1:
+            return self
+        h, w = self.shape
+        hp, wp = -(-h // k) * k, -(-w // k) * k
+        ranks = np.zeros((hp, wp), dtype=np.int8)  # padding counts as free: it never wins a block over real cells
+        ranks[:h, :w] = self.classes()
+        pooled = ranks.reshape(hp // k, k, wp // k, k).max(axis=(1, 3))
+        return OccupancyGrid(_CLASS_VALUES[pooled], self.resolution * k, self.origin)
+
+    def fit_window(self, center_xy: np.ndarray, shape: tuple[int, int], resolution: float) -> OccupancyGrid:
+        """This grid seen as an axis-aligned (H, W) = `shape` window of `resolution` cells centred on `center_xy`.
+
+        The MPC's NLP is built for one grid shape and resolution, so every incoming costmap is fitted to it. A grid
+        that already has that shape, resolution and no rotation is returned as is (a rolling-window costmap); the same
+        resolution without rotation is cropped (`window`); anything else is sampled at the window's cell centres
+        (nearest cell; call `coarsened` first for a finer grid so that sampling cannot skip an obstacle). Cells
+        beyond this grid are UNKNOWN."""
+        h, w = int(shape[0]), int(shape[1])
+        same_res = abs(self.resolution - resolution) <= 1e-6 * resolution  # messages carry float32 resolutions
+        if same_res and self.origin[2] == 0.0:
+            return self if self.shape == (h, w) else self.window(center_xy, (h, w))
+        center = np.asarray(center_xy, dtype=float)
+        origin = np.round(center / resolution - np.array([w, h]) / 2.0) * resolution  # on the window's lattice
+        cols, rows = np.meshgrid(np.arange(w) + 0.5, np.arange(h) + 0.5)
+        xy = origin + np.stack([cols, rows], axis=-1) * resolution
+        cells = self.world_to_cell(xy)
+        inside = self.in_bounds(cells)
+        out = np.full((h, w), UNKNOWN, dtype=np.int8)
+        out[inside] = self.data[cells[inside][:, 0], cells[inside][:, 1]]
+        return OccupancyGrid(
+            out, resolution, (float(origin[0]), float(origin[1]), 0.0), self.occupied_thresh, self.free_thresh
+        )
+
+
+_CLASS_VALUES = np.array([FREE, UNKNOWN, OCCUPIED], dtype=np.int8)  # `OccupancyGrid.classes` rank -> cell value

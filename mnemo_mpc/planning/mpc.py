@@ -59,6 +59,7 @@ class MPCConfig:
     dt: float = 0.1
     method: str = "sqp"
     max_iter: int = 10
+    max_time_s: float | None = None  # method "sqp": wall-clock budget of one solve (SQPOptions.max_time_s)
     max_iter_ls: int = 10
     tol: float = 1e-6  # primal tolerance of the SQP (max constraint violation)
     tol_du: float = 1e-4  # dual tolerance (max gradient of the Lagrangian; costs are O(1), see the weights)
@@ -70,6 +71,9 @@ class MPCConfig:
     extra_options: dict = field(default_factory=dict)  # method "sqpmethod": passed verbatim (experiments)
     fallback: str | None = "ipopt"
     fallback_max_iter: int = 200
+    # Wall-clock cap of one fallback solve (IPOPT's max_wall_time); None: only the iteration cap. A control loop sets
+    # it from its period so that a hard problem cannot overrun the tick.
+    fallback_max_time_s: float | None = None
     # Cost weights (see the module docstring).
     w_track: float = 0.1
     w_goal: float = 1.0
@@ -104,6 +108,10 @@ class MPCConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "max_iter_ls" else 1):
                 raise InputError(f"MPCConfig.{name}: expected an integer >= 1, got {value!r}")
+        for name in ("max_time_s", "fallback_max_time_s"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise InputError(f"MPCConfig.{name}: expected > 0 or None, got {value}")
         for name in ("tol", "tol_du", "newton_du"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
@@ -123,6 +131,7 @@ class MPCConfig:
     def sqp_options(self) -> SQPOptions:
         return SQPOptions(
             max_iter=self.max_iter,
+            max_time_s=self.max_time_s,
             tol_pr=self.tol,
             tol_du=self.tol_du,
             max_iter_ls=self.max_iter_ls,
@@ -514,19 +523,24 @@ class SQPMPC:
             "args": args,
         }
 
-    def _solve_fallback(self, out: dict, state: np.ndarray, guess: WarmStart, p: np.ndarray, lbg: np.ndarray) -> dict:
-        """IPOPT on the same NLP from the same start; keeps the SQP's figures when IPOPT fails too."""
+    def build_fallback(self) -> None:
+        """Create the fallback NLP solver now (it is otherwise built at the first failed solve, which would stall
+        that control step)."""
         import casadi as ca
 
         cfg = self.config
-        if self._fallback_solver is None:
-            opts = {
-                "print_time": False,
-                "error_on_fail": False,
-                "calc_lam_p": False,
-                "ipopt": {"print_level": 0, "max_iter": cfg.fallback_max_iter, "tol": 1e-8, "sb": "yes"},
-            }
-            self._fallback_solver = BufferedSolver(ca.nlpsol("mpc_fallback", cfg.fallback, self._nlp.nlp, opts))
+        if self._fallback_solver is not None or cfg.fallback is None:
+            return
+        ipopt = {"print_level": 0, "max_iter": cfg.fallback_max_iter, "tol": 1e-8, "sb": "yes"}
+        if cfg.fallback_max_time_s is not None:
+            ipopt["max_wall_time"] = cfg.fallback_max_time_s
+        opts = {"print_time": False, "error_on_fail": False, "calc_lam_p": False, "ipopt": ipopt}
+        self._fallback_solver = BufferedSolver(ca.nlpsol("mpc_fallback", cfg.fallback, self._nlp.nlp, opts))
+
+    def _solve_fallback(self, out: dict, state: np.ndarray, guess: WarmStart, p: np.ndarray, lbg: np.ndarray) -> dict:
+        """IPOPT on the same NLP from the same start; keeps the SQP's figures when IPOPT fails too."""
+        cfg = self.config
+        self.build_fallback()
         if cfg.method == "sqp":
             args = {"x0": np.asarray(guess.controls, float).reshape(-1), "p": p, "lbx": self._lbx, "ubx": self._ubx}
             args.update(lbg=lbg, ubg=self._ubg)

@@ -73,6 +73,9 @@ class SQPOptions:
     newton_du: float = 0.3  # hybrid: exact Hessian once |grad L|_inf <= this (cost O(1); chosen on a validation suite)
     convexify: str = "clip"  # an indefinite exact Hessian: eigenvalues below margin x max|eig| clipped or reflected
     convexify_margin: float = 1e-6
+    # Wall-clock budget: no new iteration starts after it (the one running finishes); None: iterations only. A
+    # control loop sets it from its period so that a hard problem cannot overrun the tick.
+    max_time_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.hessian not in HESSIANS:
@@ -83,6 +86,8 @@ class SQPOptions:
             raise InputError(
                 f"SQPOptions: max_iter and max_iter_ls must be >= 0, got {self.max_iter}, {self.max_iter_ls}"
             )
+        if self.max_time_s is not None and not self.max_time_s > 0:
+            raise InputError(f"SQPOptions.max_time_s: expected > 0 or None, got {self.max_time_s}")
         for name in ("tol_pr", "tol_du", "newton_du", "convexify_margin"):
             if not getattr(self, name) > 0:
                 raise InputError(f"SQPOptions.{name}: expected > 0, got {getattr(self, name)}")
@@ -222,6 +227,9 @@ class SQP:
                 status = "converged"
                 break
             if iterations >= max_iter:
+                break
+            if opt.max_time_s is not None and time.perf_counter() - t_start >= opt.max_time_s:
+                status = "time_limit"
                 break
             # QP in the step d: bounds on x and on the linearised g, both relative to z = (x, g(x)).
             qp_upper = np.minimum(ub - z, DAQP_INF)

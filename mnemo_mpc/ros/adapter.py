@@ -1,31 +1,45 @@
 """What the ROS node does each callback, without rclpy: messages in (by field name), messages out.
 
-The node (`node.py`) only wires subscriptions, publishers, parameters and the timer to a `NavAdapter`; `replay`
-drives the same adapter from a rosbag2. Policy, in one place:
+The node (`node.py`) only wires subscriptions, publishers, parameters and timers to a `NavAdapter`; `replay` drives
+the same adapter from a rosbag2. Policy, in one place:
 
-* every input must be in `frame_id` (REP-105 `odom`); a message in another frame is dropped with a warning;
-* no goal -> nothing is published (the robot is not ours to drive);
-* goal active but odometry or grid missing / older than `stale_timeout_s` -> a stop command that decelerates within
-  the acceleration limits (never a jump to zero, never a stale plan);
-* otherwise the controller's checked command (finite and within limits by construction, re-checked here);
-* goal reached -> braking commands within the acceleration limits until the command is zero, then the goal is
-  cleared (a jump to zero from speed would break the limits).
+* **Callbacks never raise.** A message that cannot be used (wrong frame, non-finite or out-of-range fields, a grid
+  with too many cells, a stamp older than the last accepted one) is dropped, counted and logged with the reason
+  (`last_rejection`); the previous good input stays.
+* **Ticks never raise and are bounded.** Every costmap is fitted to one robot-centred planning window
+  (`grid_window_m` at `grid_resolution`; a finer one is max-pooled once on arrival), so one NLP serves every input,
+  built before the first tick (`warm_up`); the SQP starts no iteration after 0.4 of a period. A failed solve falls
+  back to the previous plan or a stop; the optional IPOPT fallback (`fallback_solver`) is capped at 0.3 of a period.
+* **No goal** -> nothing is published (the robot is not ours to drive).
+* **Stale input** -> odometry or grid missing, received longer than `stale_timeout_s` ago, or stamped outside
+  +-`stale_timeout_s` of now (and a clock that went backwards makes everything stale): the command ramps to zero.
+* **Every published command** is finite, inside the velocity limits, and within a_max*T, alpha_max*T of the previous
+  published command, T = 1 / control_rate_hz (the control period, not the MPC step): the controller's command,
+  the stale-input stop and the goal-reached stop all pass through this one limiter. Ramping from the last *published*
+  command, not from odometry, is what makes a stop reach zero even when odometry has frozen.
+* **Goal reached** -> ramp to zero, then the goal is cleared.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from mnemo_mpc.errors import InputError
 from mnemo_mpc.nav.controller import Controller, ControlOutput
 from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.ros import convert
 from mnemo_mpc.ros.params import NavParams
 
 log = logging.getLogger(__name__)
+
+MIN_GRID_CELLS = 4  # per side: smaller costmaps cannot hold the robot and are rejected as malformed
+REJECTION_LOG_PERIOD_S = 1.0  # at most one log line per input kind per second (a flood of bad input is counted)
 
 
 @dataclass
@@ -34,15 +48,32 @@ class TickResult:
 
     cmd_vel: Any | None
     local_plan: Any | None
-    status: str  # "idle" | "stale_input" | "goal_reached" | a ControlOutput.status
+    status: str  # "idle" | "stale_input" | "error" | "goal_reached" | a ControlOutput.status
     command: np.ndarray | None = None
     output: ControlOutput | None = None
+    reason: str = ""  # why a status other than "planned" / "idle" (stale input, solver message, flags)
 
 
 @dataclass
 class _Stamped:
     value: Any
-    received_s: float
+    received_s: float  # node clock when it arrived
+    stamp_s: float | None  # header stamp (None: unset, only the arrival time counts)
+
+
+@dataclass
+class AdapterStats:
+    """Counters and recent timings for /diagnostics."""
+
+    statuses: Counter = field(default_factory=Counter)
+    rejected: Counter = field(default_factory=Counter)
+    warm_starts: Counter = field(default_factory=Counter)
+    tick_ms: deque = field(default_factory=lambda: deque(maxlen=500))
+    solve_ms: deque = field(default_factory=lambda: deque(maxlen=500))
+    iterations: deque = field(default_factory=lambda: deque(maxlen=500))
+    last_status: str = "idle"
+    last_reason: str = ""
+    last_rejection: str = ""
 
 
 class NavAdapter:
@@ -50,62 +81,186 @@ class NavAdapter:
         self.params = params
         self.types = types
         self.controller = controller or params.controller()
+        self.period_s = params.control_period_s
+        self.window_shape = (params.window_cells, params.window_cells)
+        self.stats = AdapterStats()
         self._grid: _Stamped | None = None
         self._odom: _Stamped | None = None
         self._goal: np.ndarray | None = None
+        self._goal_stamp: float | None = None
         self._path: np.ndarray | None = None
         self._last_command = np.zeros(2)
-
-    # --- inputs ---------------------------------------------------------------------------------------------------
-    def _in_frame(self, msg: Any, what: str) -> bool:
-        frame = msg.header.frame_id
-        if frame != self.params.frame_id:
-            log.warning("%s in frame %r dropped: expected frame_id %r", what, frame, self.params.frame_id)
-            return False
-        return True
-
-    def on_grid(self, msg: Any, now_s: float) -> None:
-        if self._in_frame(msg, "grid"):
-            self._grid = _Stamped(convert.grid_from_msg(msg), now_s)
-
-    def on_odometry(self, msg: Any, now_s: float) -> None:
-        if self._in_frame(msg, "odometry"):
-            self._odom = _Stamped(convert.state_from_odometry(msg), now_s)
-
-    def on_goal(self, msg: Any, now_s: float) -> None:
-        if self._in_frame(msg, "goal"):
-            self._goal = convert.goal_from_pose_stamped(msg)
-            self.controller.reset()
-            log.info("new goal %s", np.round(self._goal, 3).tolist())
-
-    def on_path(self, msg: Any, now_s: float) -> None:
-        if self._in_frame(msg, "global path"):
-            path = convert.path_from_msg(msg)
-            self._path = path if len(path) >= 2 else None
+        self._last_log: dict[str, float] = {}
 
     @property
     def goal(self) -> np.ndarray | None:
         return self._goal
 
+    @property
+    def last_rejection(self) -> str:
+        return self.stats.last_rejection
+
+    def warm_up(self) -> float:
+        """Build (or load) the NLP for the planning window, the fallback solver and the warm-start model, and run
+        one solve, so that the first real tick is as fast as any other. Returns the seconds it took."""
+        t0 = time.perf_counter()
+        mpc = self.controller.mpc(self.window_shape)
+        mpc.build_fallback()
+        res = self.params.grid_resolution
+        half = 0.5 * self.params.grid_window_m
+        free = OccupancyGrid(np.zeros(self.window_shape, np.int8), res, (-half, -half, 0.0))
+        self.controller.step(free, np.zeros(3), np.zeros(2), np.array([1.0, 0.0, 0.0]))
+        self.controller.reset()
+        return time.perf_counter() - t0
+
+    # --- inputs ---------------------------------------------------------------------------------------------------
+    def on_grid(self, msg: Any, now_s: float) -> None:
+        got = self._receive("grid", msg, now_s, self._grid, self._parse_grid)
+        if got is not None:
+            self._grid = got
+
+    def on_odometry(self, msg: Any, now_s: float) -> None:
+        got = self._receive("odometry", msg, now_s, self._odom, convert.state_from_odometry)
+        if got is not None:
+            self._odom = got
+
+    def on_goal(self, msg: Any, now_s: float) -> None:
+        got = self._receive("goal", msg, now_s, None, convert.goal_from_pose_stamped, stamped=False)
+        if got is None:
+            return
+        if self._goal is not None and got.stamp_s == self._goal_stamp and np.array_equal(got.value, self._goal):
+            return  # the same message again (a republished latched goal): keep the plan going
+        self._goal, self._goal_stamp = got.value, got.stamp_s
+        self.controller.reset()
+        log.info("new goal (%.3f, %.3f, %.3f)", *self._goal)
+
+    def on_path(self, msg: Any, now_s: float) -> None:
+        got = self._receive("global path", msg, now_s, None, self._parse_path, stamped=False)
+        if got is None:
+            return
+        path = got.value if len(got.value) >= 2 else None  # an empty path clears it: plan straight to the goal
+        if path is None or self._path is None or not np.array_equal(path, self._path):
+            self._path = path
+
+    def _parse_grid(self, msg: Any) -> OccupancyGrid:
+        width, height = int(msg.info.width), int(msg.info.height)
+        if min(width, height) < MIN_GRID_CELLS or width * height > self.params.max_grid_cells:
+            raise InputError(
+                f"info.width x info.height = {width} x {height}: expected >= {MIN_GRID_CELLS} x {MIN_GRID_CELLS} "
+                f"and at most max_grid_cells = {self.params.max_grid_cells} cells"
+            )
+        grid = convert.grid_from_msg(msg)
+        target = self.params.grid_resolution
+        if grid.resolution < target * (1 - 1e-6):  # pool a finer costmap once here, not in every tick
+            grid = grid.coarsened(int(np.ceil(target / grid.resolution - 1e-6)))
+        return grid
+
+    def _parse_path(self, msg: Any) -> np.ndarray:
+        if len(msg.poses) > self.params.max_path_poses:
+            raise InputError(f"{len(msg.poses)} poses: expected at most max_path_poses = {self.params.max_path_poses}")
+        return convert.path_from_msg(msg)
+
+    def _receive(
+        self, kind: str, msg: Any, now_s: float, previous: _Stamped | None, parse: Any, stamped: bool = True
+    ) -> _Stamped | None:
+        """Frame and stamp checks, then `parse(msg)`; None (and the reason logged) when the message is dropped.
+
+        For sensor data (`stamped`) a set stamp must lie within stale_timeout_s of now (an old one would be stale at
+        once; a future one would block every later message as out of order) and must not be older than the last
+        accepted one, unless the clock went backwards since (a restarted simulator)."""
+        try:
+            frame = str(msg.header.frame_id)
+            if frame.lstrip("/") != self.params.frame_id.lstrip("/"):  # tf2 ignores a leading slash too
+                raise InputError(f"header.frame_id {frame!r}: expected {self.params.frame_id!r} (parameter frame_id)")
+            stamp = convert.stamp_seconds(msg.header.stamp)
+            if stamped and stamp is not None:
+                timeout = self.params.stale_timeout_s
+                if abs(now_s - stamp) > timeout:
+                    when = "behind" if stamp < now_s else "ahead of"
+                    raise InputError(
+                        f"header.stamp {stamp:.3f} s is {abs(now_s - stamp):.3f} s {when} the clock "
+                        f"({now_s:.3f} s; stale_timeout_s {timeout})"
+                    )
+                if previous is not None and previous.stamp_s is not None:
+                    if stamp < previous.stamp_s and now_s >= previous.received_s:
+                        raise InputError(
+                            f"header.stamp {stamp:.3f} s: older than the last accepted {previous.stamp_s:.3f} s"
+                        )
+            return _Stamped(parse(msg), float(now_s), stamp)
+        except Exception as exc:  # any malformed message is dropped and reported; it must never stop the node
+            text = str(exc) if isinstance(exc, InputError) else f"{type(exc).__name__}: {exc}"
+            self._reject(kind, text)
+            return None
+
+    def _reject(self, kind: str, reason: str) -> None:
+        self.stats.rejected[kind] += 1
+        self.stats.last_rejection = f"{kind}: {reason}"
+        now = time.monotonic()
+        if now - self._last_log.get(kind, -np.inf) >= REJECTION_LOG_PERIOD_S:
+            self._last_log[kind] = now
+            log.warning("dropped %s message (%d so far): %s", kind, self.stats.rejected[kind], reason)
+
     # --- control period -------------------------------------------------------------------------------------------
     def tick(self, now_s: float) -> TickResult:
-        p = self.params
+        t0 = time.perf_counter()
+        try:
+            result = self._tick(float(now_s))
+        except Exception as exc:  # a bug or an unforeseen input: stop safely and say why, never crash the timer
+            log.error("control tick failed (%s: %s); stopping", type(exc).__name__, exc, exc_info=True)
+            result = self._publish(np.zeros(2), float(now_s), "error", None, f"{type(exc).__name__}: {exc}")
+        self._record(result, time.perf_counter() - t0)
+        return result
+
+    def _tick(self, now_s: float) -> TickResult:
         if self._goal is None:
             return TickResult(None, None, "idle")
-        fresh = [s is not None and now_s - s.received_s <= p.stale_timeout_s for s in (self._grid, self._odom)]
-        if not all(fresh):
-            velocity = self._odom.value[1] if self._odom is not None else self._last_command
-            command = self.controller.stop_command(velocity)
-            return self._publish(command, now_s, "stale_input", None)
-        grid: OccupancyGrid = self._grid.value
+        stale = self._staleness(now_s)
+        if stale is not None:
+            return self._publish(np.zeros(2), now_s, "stale_input", None, stale)
         pose, velocity = self._odom.value
+        grid = self._grid.value.fit_window(pose[:2], self.window_shape, self.params.grid_resolution)
         out = self.controller.step(grid, pose, velocity, self._goal, global_path=self._path)
-        if out.status == "goal_reached" and not np.any(out.command):
+        target = np.zeros(2) if out.status == "goal_reached" else out.command
+        reason = out.solve_error or ", ".join(out.flags)
+        if out.plan is not None and not out.plan.success and not out.solve_error:
+            reason = f"solver: {out.plan.status}" + (f"; {reason}" if reason else "")
+        result = self._publish(target, now_s, out.status, out, reason)
+        if out.status == "goal_reached" and not np.any(result.command):
+            log.info("goal (%.3f, %.3f) reached", *self._goal[:2])
             self._goal = None
-        return self._publish(out.command, now_s, out.status, out)
+        return result
 
-    def _publish(self, command: np.ndarray, now_s: float, status: str, out: ControlOutput | None) -> TickResult:
-        # The controller already guarantees finite, in-limit commands; make_twist refuses NaN as a last line.
+    def _staleness(self, now_s: float) -> str | None:
+        """Why the inputs cannot be planned on now, or None when both are fresh."""
+        timeout = self.params.stale_timeout_s
+        for name, s in (("odometry", self._odom), ("grid", self._grid)):
+            if s is None:
+                return f"no {name} received"
+            received_ago = now_s - s.received_s
+            if received_ago < 0:
+                return f"the clock went back {-received_ago:.3f} s since the last {name} arrived"
+            if received_ago > timeout:
+                return f"{name} last received {received_ago:.3f} s ago (stale_timeout_s {timeout})"
+            if s.stamp_s is not None and abs(now_s - s.stamp_s) > timeout:
+                when = "ago" if now_s >= s.stamp_s else "in the future"
+                return f"{name} stamped {abs(now_s - s.stamp_s):.3f} s {when} (stale_timeout_s {timeout})"
+        return None
+
+    def limit(self, target: np.ndarray) -> np.ndarray:
+        """The command to send for `target`: finite, inside the velocity limits and within one control period's
+        acceleration of the previous command."""
+        robot = self.controller.robot
+        target = np.asarray(target, dtype=float).reshape(-1)
+        if target.shape != (2,) or not np.all(np.isfinite(target)):
+            target = np.zeros(2)
+        step = robot.accel_limits * self.period_s
+        last = self._last_command
+        return robot.clip_control(np.clip(robot.clip_control(target), last - step, last + step))
+
+    def _publish(
+        self, target: np.ndarray, now_s: float, status: str, out: ControlOutput | None, reason: str = ""
+    ) -> TickResult:
+        command = self.limit(target)
         v, w = (float(c) for c in command)
         if self.params.use_stamped_twist:
             cmd = convert.make_twist_stamped(self.types, v, w, now_s, self.params.base_frame_id)
@@ -114,5 +269,46 @@ class NavAdapter:
         plan = None
         if out is not None and out.plan is not None and out.plan.success:
             plan = convert.make_path(self.types, out.plan.states, now_s, self.params.frame_id)
-        self._last_command = np.array([v, w])
-        return TickResult(cmd, plan, status, np.array([v, w]), out)
+        self._last_command = command
+        return TickResult(cmd, plan, status, command, out, reason)
+
+    def _record(self, result: TickResult, seconds: float) -> None:
+        s = self.stats
+        s.statuses[result.status] += 1
+        s.last_status, s.last_reason = result.status, result.reason
+        if result.status == "idle":
+            return
+        s.tick_ms.append(seconds * 1e3)
+        out = result.output
+        if out is not None and out.plan is not None:
+            s.solve_ms.append(out.plan.time_s * 1e3)
+            s.iterations.append(out.plan.iterations)
+            s.warm_starts[out.warm_start_source] += 1
+
+    def diagnostics(self) -> tuple[int, str, dict[str, str]]:
+        """(level 0 OK / 1 WARN / 2 ERROR, message, key -> value) for a diagnostic_msgs/DiagnosticStatus."""
+        s = self.stats
+
+        def pct(values: deque, q: float) -> str:
+            return f"{np.percentile(np.asarray(values), q):.3f}" if values else "n/a"
+
+        level = {"idle": 0, "planned": 0, "goal_reached": 0, "stale_input": 1, "fallback_previous_plan": 1}
+        values = {
+            "status": s.last_status,
+            "reason": s.last_reason,
+            "tick_ms_p50": pct(s.tick_ms, 50),
+            "tick_ms_p99": pct(s.tick_ms, 99),
+            "tick_ms_max": f"{max(s.tick_ms):.3f}" if s.tick_ms else "n/a",
+            "control_period_ms": f"{self.period_s * 1e3:.1f}",
+            "solve_ms_p50": pct(s.solve_ms, 50),
+            "sqp_iterations_mean": f"{np.mean(s.iterations):.2f}" if s.iterations else "n/a",
+            "warm_start": self.controller.config.warm_start,
+            "warm_start_sources": ", ".join(f"{k}={v}" for k, v in sorted(s.warm_starts.items())),
+            "fallbacks": str(s.statuses["fallback_previous_plan"] + s.statuses["fallback_stop"]),
+            "stale_ticks": str(s.statuses["stale_input"]),
+            "errors": str(s.statuses["error"]),
+            "rejected_messages": ", ".join(f"{k}={v}" for k, v in sorted(s.rejected.items())) or "0",
+            "last_rejection": s.last_rejection,
+        }
+        message = s.last_status + (f": {s.last_reason}" if s.last_reason else "")
+        return level.get(s.last_status, 2), message, values

@@ -69,11 +69,22 @@ def quaternion_from_yaw(yaw: float) -> tuple[float, float, float, float]:
     return 0.0, 0.0, math.sin(yaw / 2.0), math.cos(yaw / 2.0)
 
 
+MAX_COORDINATE_M = 1e6  # beyond 1000 km a planar pose is a corrupted field, and grid indices would overflow
+
+
 def _pose2d(pose: Any, what: str) -> np.ndarray:
     out = np.array([float(pose.position.x), float(pose.position.y), yaw_from_quaternion(pose.orientation)])
-    if not np.all(np.isfinite(out)):
-        raise InputError(f"{what}: expected a finite pose, got {out.tolist()}")
+    if not np.all(np.isfinite(out)) or np.any(np.abs(out[:2]) > MAX_COORDINATE_M):
+        raise InputError(f"{what}: expected a finite pose within {MAX_COORDINATE_M:g} m, got {out.tolist()}")
     return out
+
+
+def stamp_seconds(stamp: Any) -> float | None:
+    """builtin_interfaces/Time -> seconds; None for an unset stamp (sec = nanosec = 0, what `ros2 topic pub` sends)."""
+    sec, nanosec = int(stamp.sec), int(stamp.nanosec)
+    if not 0 <= nanosec < 1_000_000_000:
+        raise InputError(f"header.stamp.nanosec: expected 0 <= nanosec < 1e9, got {nanosec}")
+    return None if sec == 0 and nanosec == 0 else sec + nanosec * 1e-9
 
 
 # --- messages -> arrays ---------------------------------------------------------------------------------------------
@@ -81,8 +92,11 @@ def grid_from_msg(msg: Any) -> OccupancyGrid:
     """nav_msgs/OccupancyGrid -> OccupancyGrid (origin yaw taken from info.origin.orientation)."""
     info = msg.info
     origin = _pose2d(info.origin, "OccupancyGrid.info.origin")
+    resolution = float(info.resolution)
+    if not (1e-4 <= resolution <= 100.0):  # also refuses NaN
+        raise InputError(f"OccupancyGrid.info.resolution: expected 1e-4..100 m per cell, got {resolution}")
     data = np.asarray(msg.data, dtype=np.int16)
-    return OccupancyGrid.from_msg_arrays(int(info.width), int(info.height), float(info.resolution), origin, data)
+    return OccupancyGrid.from_msg_arrays(int(info.width), int(info.height), resolution, origin, data)
 
 
 def state_from_odometry(msg: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -102,17 +116,16 @@ def path_from_msg(msg: Any) -> np.ndarray:
     """nav_msgs/Path -> (K, 2) positions."""
     pts = np.array([[float(p.pose.position.x), float(p.pose.position.y)] for p in msg.poses], dtype=float)
     pts = pts.reshape(-1, 2)
-    if not np.all(np.isfinite(pts)):
-        raise InputError("Path.poses: expected finite positions")
+    if not np.all(np.isfinite(pts)) or np.any(np.abs(pts) > MAX_COORDINATE_M):
+        raise InputError(f"Path.poses: expected finite positions within {MAX_COORDINATE_M:g} m")
     return pts
 
 
 # --- arrays -> messages ---------------------------------------------------------------------------------------------
 def make_header(types: MessageTypes, stamp_s: float, frame_id: str) -> Any:
-    sec = int(math.floor(stamp_s))
-    return types.Header(
-        stamp=types.Time(sec=sec, nanosec=int(round((stamp_s - sec) * 1e9)) % 1_000_000_000), frame_id=frame_id
-    )
+    # Round the whole stamp to nanoseconds first: 2.9999999999999996 s is 3 s, not 2 s + 1e9 ns wrapped to 2 s.
+    sec, nanosec = divmod(int(round(stamp_s * 1e9)), 1_000_000_000)
+    return types.Header(stamp=types.Time(sec=sec, nanosec=nanosec), frame_id=frame_id)
 
 
 def make_twist(types: MessageTypes, v: float, w: float) -> Any:

@@ -1,7 +1,9 @@
 """`ros2 run mnemo_mpc nav_node` / `ros2 launch mnemo_mpc nav.launch.py`: the local planner as a ROS2 node.
 
 A thin adapter: parameters come from `NavParams` (declared with their descriptions), callbacks and the control
-timer delegate to `NavAdapter`. The only module of the package that imports rclpy.
+timer delegate to `NavAdapter`; /diagnostics reports its state; the library's log records (`mnemo_mpc.*`) go to the
+node's ROS logger. Bad parameters end the process with one line on stderr and exit status 2; SIGINT and SIGTERM end
+it with status 0.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import sys
 
 import rclpy
 from builtin_interfaces.msg import Time
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import Point, Pose, PoseStamped, Quaternion, Twist, TwistStamped, Vector3
 from nav_msgs.msg import MapMetaData, OccupancyGrid, Odometry, Path
 from rcl_interfaces.msg import ParameterDescriptor
@@ -23,6 +26,7 @@ from mnemo_mpc.errors import MnemoError
 from mnemo_mpc.ros.adapter import NavAdapter
 from mnemo_mpc.ros.convert import MessageTypes
 from mnemo_mpc.ros.params import NODE_NAME, NavParams
+from mnemo_mpc.ros.ros_logging import forward_library_logs
 
 RCLPY_TYPES = MessageTypes(
     Time=Time,
@@ -39,34 +43,45 @@ RCLPY_TYPES = MessageTypes(
     OccupancyGrid=OccupancyGrid,
 )
 
+# Goal and path subscriptions are volatile and reliable, as Nav2's: a volatile subscription matches volatile publishers
+# (`ros2 topic pub`, RViz) and transient-local (latched) ones alike. (A transient-local subscription refused volatile
+# publishers; subscribing with both made every volatile publisher warn about the incompatible twin.)
+INPUT_QOS = QoSProfile(depth=1, durability=DurabilityPolicy.VOLATILE, reliability=ReliabilityPolicy.RELIABLE)
+
 
 class NavNode(Node):
     def __init__(self) -> None:
         super().__init__(NODE_NAME)
+        forward_library_logs(self.get_logger())
         defaults = NavParams()
         for f in dataclasses.fields(NavParams):
-            self.declare_parameter(
-                f.name, getattr(defaults, f.name), ParameterDescriptor(description=f.metadata["description"])
-            )
+            # dynamic typing: `control_rate_hz: 20` (an integer) is as valid as 20.0; NavParams checks the types
+            desc = ParameterDescriptor(description=f.metadata["description"], dynamic_typing=True)
+            self.declare_parameter(f.name, getattr(defaults, f.name), desc)
         values = {f.name: self.get_parameter(f.name).value for f in dataclasses.fields(NavParams)}
-        self.params = NavParams.from_dict(values, source=f"node {self.get_name()} parameters")
+        self.params = NavParams.from_dict(values, source=f"node {self.get_fully_qualified_name()} parameters")
+        unknown = sorted(set(getattr(self, "_parameter_overrides", {})) - set(values) - {"use_sim_time"})
+        if unknown:
+            self.get_logger().warning(f"ignoring unknown parameter(s) {unknown}; see config/nav.yaml for the names")
         self.adapter = NavAdapter(self.params, RCLPY_TYPES)
         p = self.params
+        warm_up_s = self.adapter.warm_up()
 
-        latched = QoSProfile(
-            depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE
-        )
         self.create_subscription(OccupancyGrid, p.grid_topic, self._cb(self.adapter.on_grid), 1)
         self.create_subscription(Odometry, p.odom_topic, self._cb(self.adapter.on_odometry), 10)
-        self.create_subscription(PoseStamped, p.goal_topic, self._cb(self.adapter.on_goal), latched)
-        self.create_subscription(Path, p.path_topic, self._cb(self.adapter.on_path), latched)
+        self.create_subscription(PoseStamped, p.goal_topic, self._cb(self.adapter.on_goal), INPUT_QOS)
+        self.create_subscription(Path, p.path_topic, self._cb(self.adapter.on_path), INPUT_QOS)
         self.cmd_pub = self.create_publisher(TwistStamped if p.use_stamped_twist else Twist, p.cmd_vel_topic, 10)
         self.plan_pub = self.create_publisher(Path, p.local_plan_topic, 1)
-        self.create_timer(1.0 / p.control_rate_hz, self._tick)
+        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 1)
+        self.create_timer(p.control_period_s, self._tick)
+        self.create_timer(1.0 / p.diagnostics_rate_hz, self._publish_diagnostics)
+        self._last_status = ("idle", "")
         controller = self.adapter.controller
         model = controller.warm_start_provider
         self.get_logger().info(
-            f"mnemo_mpc local planner: N={p.horizon_steps}, dt={p.dt}, {p.sqp_method}, {p.control_rate_hz} Hz, "
+            f"mnemo_mpc local planner: N={p.horizon_steps}, dt={p.dt}, {p.sqp_method}, {p.control_rate_hz:g} Hz, "
+            f"window {p.window_cells}x{p.window_cells} at {p.grid_resolution} m (ready in {warm_up_s:.1f} s), "
             f"grid '{p.grid_topic}', odom '{p.odom_topic}', goal '{p.goal_topic}' in frame '{p.frame_id}'; "
             f"warm start {controller.config.warm_start}"
             + (f" with {model.info.path} on {model.provider}" if model is not None else "")
@@ -77,10 +92,7 @@ class NavNode(Node):
 
     def _cb(self, handler):
         def callback(msg) -> None:
-            try:
-                handler(msg, self._now())
-            except MnemoError as exc:  # a malformed message is reported and dropped, never fatal
-                self.get_logger().warning(f"dropped {type(msg).__name__}: {exc}")
+            handler(msg, self._now())  # the adapter drops and logs bad messages; it never raises
 
         return callback
 
@@ -90,19 +102,45 @@ class NavNode(Node):
             self.cmd_pub.publish(result.cmd_vel)
         if result.local_plan is not None:
             self.plan_pub.publish(result.local_plan)
-        if result.status not in ("idle", "planned"):
-            self.get_logger().info(f"control status: {result.status}", throttle_duration_sec=1.0)
+        status = (result.status, result.reason)
+        if status != self._last_status and result.status not in ("idle", "planned"):
+            self.get_logger().warning(
+                f"control status: {result.status}" + (f" ({result.reason})" if result.reason else "")
+            )
+        self._last_status = status
+
+    def _publish_diagnostics(self) -> None:
+        level, message, values = self.adapter.diagnostics()
+        status = DiagnosticStatus(
+            level=bytes([level]),
+            name=f"{self.get_fully_qualified_name()}: local planner",
+            message=message[:256],
+            hardware_id=self.params.base_frame_id,
+            values=[KeyValue(key=k, value=v) for k, v in values.items()],
+        )
+        array = DiagnosticArray(status=[status])
+        array.header.stamp = self.get_clock().now().to_msg()
+        self.diag_pub.publish(array)
 
 
 def main(argv: list[str] | None = None) -> int:
-    rclpy.init(args=argv if argv is not None else sys.argv)
-    node = NavNode()
+    from rclpy.impl.implementation_singleton import rclpy_implementation
+
+    node, started = None, False
     try:
+        rclpy.init(args=argv if argv is not None else sys.argv)
+        started = True
+        node = NavNode()
         rclpy.spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):  # Ctrl-C, or SIGTERM from launch / a supervisor
         pass
+    except (MnemoError, rclpy_implementation.RCLError) as exc:
+        if not started or rclpy.ok():  # after a signal during start-up the context is gone: that is no error
+            sys.stderr.write(f"{NODE_NAME}: error: {exc}\n")
+            return 2
     finally:
-        node.destroy_node()
+        if node is not None:
+            node.destroy_node()
         if rclpy.ok():
             rclpy.shutdown()
     return 0

@@ -37,9 +37,19 @@ class NavParams:
     local_plan_topic: str = _p("local_plan", "nav_msgs/Path: the MPC's planned horizon")
     use_stamped_twist: bool = _p(False, "publish geometry_msgs/TwistStamped instead of Twist on cmd_vel")
     # timing and safety
-    control_rate_hz: float = _p(10.0, "control loop rate [Hz]")
-    stale_timeout_s: float = _p(0.5, "stop if odometry or the grid is older than this [s]")
+    control_rate_hz: float = _p(
+        10.0, "control loop rate [Hz]; at least 1/dt. Acceleration limits hold between consecutive commands"
+    )
+    stale_timeout_s: float = _p(
+        0.5, "stop if odometry or the grid was received, or is stamped, longer ago than this [s]"
+    )
+    diagnostics_rate_hz: float = _p(1.0, "rate of diagnostic_msgs/DiagnosticArray on /diagnostics [Hz]")
     goal_tolerance_m: float = _p(0.2, "goal reached when the robot centre is this close [m]")
+    # the grid the MPC plans on: every incoming costmap is fitted to this robot-centred window (one NLP, bounded ticks)
+    grid_window_m: float = _p(6.0, "side of the square planning window around the robot [m]")
+    grid_resolution: float = _p(0.05, "cell size of the planning window [m]")
+    max_grid_cells: int = _p(4_000_000, "reject incoming grids with more cells than this (width * height)")
+    max_path_poses: int = _p(20_000, "reject global paths with more poses than this")
     # robot (see mnemo_mpc.planning.robot.RobotModel)
     robot_radius: float = _p(0.2, "circular footprint radius [m]")
     safety_margin: float = _p(0.05, "extra clearance beyond the footprint [m]")
@@ -54,7 +64,11 @@ class NavParams:
     sqp_method: str = _p("sqp", "'sqp' (condensed NLP, compiled, DAQP) or 'sqpmethod' (CasADi's, multiple shooting)")
     qpsol: str = _p("piqp", "QP backend of CasADi's sqpmethod (sqp_method: sqpmethod)")
     max_iter: int = _p(10, "SQP iteration cap per control step (paper: 10)")
-    fallback_solver: str = _p("ipopt", "NLP solver for failed SQP solves ('' to disable)")
+    fallback_solver: str = _p(
+        "",
+        "NLP solver for failed SQP solves: '' (off: the previous plan or a stop) or 'ipopt' (capped at 0.3 of a "
+        "control period, which it can overrun by one of its iterations)",
+    )
     unknown_policy: str = _p("occupied", "how unknown grid cells count for clearance: 'occupied' or 'free'")
     warm_start: str = _p(
         "auto", "SQP start: cold, shift, learned, hybrid, or auto (hybrid when a model fits the robot, else shift)"
@@ -66,9 +80,20 @@ class NavParams:
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):
                 raise InputError(f"parameter {f.name}: expected a finite number, got {value}")
-        for name in ("control_rate_hz", "stale_timeout_s", "goal_tolerance_m", "dt", "robot_radius"):
+        positive = ("control_rate_hz", "stale_timeout_s", "diagnostics_rate_hz", "goal_tolerance_m", "dt")
+        positive += ("robot_radius", "grid_window_m", "grid_resolution", "max_grid_cells", "max_path_poses")
+        for name in positive:
             if getattr(self, name) <= 0:
                 raise InputError(f"parameter {name}: expected > 0, got {getattr(self, name)}")
+        if self.control_period_s > self.dt * (1 + 1e-9):
+            raise InputError(
+                f"parameter control_rate_hz: expected >= 1/dt = {1 / self.dt:g} Hz (a command must not be held longer "
+                f"than the MPC step dt = {self.dt} s it was planned for), got {self.control_rate_hz}"
+            )
+        if self.window_cells < 8:
+            raise InputError(
+                f"parameters grid_window_m / grid_resolution: expected a window of >= 8 cells, got {self.window_cells}"
+            )
         if self.horizon_steps < 2 or self.max_iter < 1:
             raise InputError(
                 f"parameters horizon_steps >= 2 and max_iter >= 1 expected, got {self.horizon_steps}, {self.max_iter}"
@@ -82,39 +107,40 @@ class NavParams:
         if self.unknown_policy not in ("occupied", "free"):
             raise InputError(f"parameter unknown_policy: expected 'occupied' or 'free', got {self.unknown_policy!r}")
 
+    @property
+    def control_period_s(self) -> float:
+        return 1.0 / self.control_rate_hz
+
+    @property
+    def window_cells(self) -> int:
+        return int(round(self.grid_window_m / self.grid_resolution))
+
     @classmethod
     def from_dict(cls, values: dict[str, Any], source: str = "parameters") -> NavParams:
-        """Build from a name -> value mapping, refusing unknown names and wrong types (ints are accepted as
-        floats, as ROS does for YAML like `dt: 1`)."""
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - set(fields))
-        if unknown:
-            raise InputError(f"{source}: unknown parameter(s) {unknown}; expected some of {sorted(fields)}")
-        defaults = cls()
-        kwargs = {}
-        for name, value in values.items():
-            expected = type(getattr(defaults, name))
-            if expected is float and isinstance(value, int) and not isinstance(value, bool):
-                value = float(value)
-            if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
-                raise InputError(
-                    f"{source}: parameter {name} expected {expected.__name__}, got {type(value).__name__} {value!r}"
-                )
-            kwargs[name] = value
-        return cls(**kwargs)
+        """Build from a name -> value mapping (see `checked_values`)."""
+        return cls(**checked_values(cls, values, source))
 
     @classmethod
     def from_yaml(cls, path: str | Path, node_name: str = NODE_NAME) -> NavParams:
-        """Read a ROS2 parameter file (`node_name: {ros__parameters: {...}}`)."""
+        """Read a ROS2 parameter file: `/**: {ros__parameters: {...}}` (any node name and namespace, the form
+        config/nav.yaml uses) and/or `NODE_NAME:` / `/NS/NODE_NAME:`; where several match, the more specific wins,
+        as in rcl."""
         path = Path(path)
         try:
             doc = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError) as exc:
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
             raise InputError(f"{path}: cannot read parameter file: {exc}") from exc
-        try:
-            values = doc[node_name]["ros__parameters"]
-        except (TypeError, KeyError) as exc:
-            raise InputError(f"{path}: expected a '{node_name}: ros__parameters:' mapping") from exc
+        if not isinstance(doc, dict):
+            raise InputError(f"{path}: expected a mapping of node names to 'ros__parameters:'")
+        matches = [k for k in doc if k == "/**" or str(k).rsplit("/", 1)[-1] == node_name]
+        if not matches:
+            raise InputError(f"{path}: expected a '/**:' or '{node_name}:' entry with 'ros__parameters:'")
+        values: dict[str, Any] = {}
+        for key in sorted(matches, key=lambda k: k != "/**"):  # wildcard first, named entries override it
+            entry = doc[key]
+            if not isinstance(entry, dict) or not isinstance(entry.get("ros__parameters"), dict):
+                raise InputError(f"{path}: entry '{key}': expected a 'ros__parameters:' mapping")
+            values.update(entry["ros__parameters"])
         values = {k: v for k, v in values.items() if k != "use_sim_time"}
         return cls.from_dict(values, source=str(path))
 
@@ -143,7 +169,11 @@ class NavParams:
             method=self.sqp_method,
             qpsol=self.qpsol,
             max_iter=self.max_iter,
+            # the SQP may use 0.4 of a period: ESDF, warm start and checks take the rest of the tick
+            max_time_s=0.4 * self.control_period_s,
             fallback=self.fallback_solver or None,
+            # the SQP and the rest of the tick take the rest of the period (and IPOPT's last iteration may overrun)
+            fallback_max_time_s=0.3 * self.control_period_s,
         )
 
     def controller(self) -> Any:
@@ -160,6 +190,27 @@ class NavParams:
         return Controller(robot, mpc, config, provider)
 
 
+def checked_values(cls: type, values: dict[str, Any], source: str) -> dict[str, Any]:
+    """`values` for the parameter dataclass `cls`, refusing unknown names and wrong types (ints are accepted as
+    floats, as ROS does for YAML like `dt: 1` or `-p control_rate_hz:=50`)."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise InputError(f"{source}: unknown parameter(s) {unknown}; expected some of {sorted(fields)}")
+    defaults = cls()
+    out = {}
+    for name, value in values.items():
+        expected = type(getattr(defaults, name))
+        if expected is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+            raise InputError(
+                f"{source}: parameter {name} expected {expected.__name__}, got {type(value).__name__} {value!r}"
+            )
+        out[name] = value
+    return out
+
+
 def write_default_yaml(path: str | Path) -> None:
     """Regenerate config/nav.yaml from the dataclass defaults (descriptions as comments)."""
     from mnemo_mpc.atomic import atomic_write_text
@@ -167,7 +218,8 @@ def write_default_yaml(path: str | Path) -> None:
     p = NavParams()
     lines = [
         "# mnemo_mpc local planner parameters (generated from mnemo_mpc/ros/params.py: NavParams).",
-        f"{NODE_NAME}:",
+        "# '/**' applies to the node under any name and namespace (launch namespace:=, -r __ns:=/robot1).",
+        "/**:",
         "  ros__parameters:",
     ]
     for f in dataclasses.fields(p):

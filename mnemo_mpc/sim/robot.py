@@ -1,11 +1,11 @@
 """Differential-drive robot in PyBullet, driven so that it follows the MPC's unicycle model (v, w).
 
-The URDF (`assets/diff_drive.urdf`) mounts the chassis on a planar joint chain (prismatic x, prismatic y, continuous
-yaw) anchored to the world. Each physics substep commands the joint velocities of the unicycle,
-(x', y', yaw') = (v cos(yaw_mid), v sin(yaw_mid), w) with yaw_mid = yaw + w*dt/2 (the midpoint heading of
-`mnemo_mpc.planning.robot.unicycle_step`), through velocity motors of bounded force. Free space therefore yields the
-unicycle's motion to integration accuracy, while a wall stops the chassis through a real contact, which the simulator
-reports as a collision. The wheel joints are spun at the differential-drive wheel speeds
+The URDF (`sim/urdf/diff_drive.urdf` in the data folder `mnemo_mpc.resources` finds) mounts the chassis on a planar
+joint chain (prismatic x, prismatic y, continuous yaw) anchored to the world. Each physics substep commands the joint
+velocities of the unicycle, (x', y', yaw') = (v cos(yaw_mid), v sin(yaw_mid), w) with yaw_mid = yaw + w*dt/2 (the
+midpoint heading of `mnemo_mpc.planning.robot.unicycle_step`), through velocity motors of bounded force. Free space
+therefore yields the unicycle's motion to integration accuracy, while a wall stops the chassis through a real contact,
+which the simulator reports as a collision. The wheel joints are spun at the differential-drive wheel speeds
 (v -/+ w*track/2) / wheel_radius so the visual model and any wheel-odometry reader agree with the base motion.
 """
 
@@ -18,8 +18,21 @@ from pathlib import Path
 import numpy as np
 
 from mnemo_mpc.errors import InputError
+from mnemo_mpc.resources import candidate_dirs, share_dirs
 
-URDF_PATH = Path(__file__).resolve().parent / "assets" / "diff_drive.urdf"
+URDF_NAME = "urdf/diff_drive.urdf"
+
+
+def default_urdf_path() -> Path:
+    """The shipped robot URDF in the first `sim/` data folder that has it (checkout, pip or colcon install); the
+    most preferred candidate when none does, so loading it names the missing file."""
+    for d in share_dirs("sim"):
+        if (d / URDF_NAME).is_file():
+            return d / URDF_NAME
+    return candidate_dirs("sim")[0] / URDF_NAME
+
+
+URDF_PATH = default_urdf_path()
 
 
 @dataclass(frozen=True)

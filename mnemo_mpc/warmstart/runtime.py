@@ -243,15 +243,11 @@ class WarmStartModel:
 
 def model_dirs() -> list[Path]:
     """Where shipped models are looked for: $MNEMO_MPC_MODELS, the source checkout's `models/`, and the installed
-    package's share folder (`share/mnemo_mpc/models`, where setup.py and colcon put them)."""
-    import sys
+    package's share folder (`share/mnemo_mpc/models`, where setup.py and colcon put them); see
+    `mnemo_mpc.resources`."""
+    from mnemo_mpc.resources import share_dirs
 
-    dirs = []
-    if os.environ.get("MNEMO_MPC_MODELS"):
-        dirs.append(Path(os.environ["MNEMO_MPC_MODELS"]))
-    dirs.append(Path(__file__).resolve().parents[2] / "models")
-    dirs.append(Path(sys.prefix) / "share" / "mnemo_mpc" / "models")
-    return [d for d in dirs if d.is_dir()]
+    return share_dirs("models")
 
 
 def find_model(robot: RobotModel, n: int, dt: float) -> Path | None:

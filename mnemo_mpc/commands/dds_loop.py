@@ -1,0 +1,160 @@
+"""`mnemo-mpc dds-loop [--seeds S ...] [--rtf R ...] --out F.json`: time to goal over DDS beside `mnemo-mpc demo`.
+
+For each generated world (seed), runs `mnemo-mpc demo --seed S` (one process: controller and simulator stepped in
+lockstep) and the ROS stack (the simulator node and the planner node as two processes on simulated time, over Fast
+DDS) at each real-time factor, and writes the time to goal of both, in simulated and wall-clock seconds, to one JSON
+(atomically) with a bar chart beside it. Needs the `.[ros]` extra (rclpy wheels).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "dds-loop", help="time to goal: simulator node + planner node over DDS beside `mnemo-mpc demo`"
+    )
+    p.add_argument("--seeds", type=int, nargs="+", default=[45, 19, 7], help="world seeds (default 45 19 7)")
+    p.add_argument("--rtf", type=float, nargs="+", default=[1.0], help="simulator real-time factors (default 1)")
+    p.add_argument("--repeats", type=int, default=1, help="DDS runs per world and real-time factor (default 1)")
+    p.add_argument("--work", default="out/dds_loop", help="folder for the runs' logs and demo outputs")
+    p.add_argument("--out", required=True, help="result JSON (a PNG is written beside it)")
+    p.set_defaults(func=handler)
+
+
+def _demo(seed: int, out: str) -> dict:
+    """`mnemo-mpc demo --seed S` as a user runs it; its episode.json metrics plus the process's wall time."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    from mnemo_mpc.errors import MnemoError
+
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "mnemo_mpc.cli", "demo", "--seed", str(seed), "--out", out, "--quiet"],
+        capture_output=True,
+        text=True,
+    )
+    wall = time.perf_counter() - t0
+    path = f"{out}/episode.json"
+    try:
+        with open(path) as f:
+            metrics = json.load(f)["metrics"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise MnemoError(f"demo --seed {seed}: no episode.json ({exc}); stderr: {proc.stderr[-500:]}") from exc
+    keep = ("world", "success", "outcome", "time_s", "wall_time_s", "steps", "path_length_m", "final_dist_to_goal_m")
+    return {**{k: metrics[k] for k in keep}, "process_wall_s": round(wall, 3)}
+
+
+def handler(args: argparse.Namespace) -> int:
+    import os
+    import platform
+    from pathlib import Path
+
+    from mnemo_mpc import __version__
+    from mnemo_mpc.atomic import atomic_write_json
+    from mnemo_mpc.errors import InputError
+    from mnemo_mpc.ros.sim_launch import run_closed_loop
+
+    if args.repeats < 1 or any(r <= 0 for r in args.rtf):
+        raise InputError(f"--repeats >= 1 and --rtf > 0 expected, got {args.repeats}, {args.rtf}")
+    work = Path(args.work)
+    load_before = os.getloadavg()
+    rows = []
+    for seed in args.seeds:
+        demo = _demo(seed, str(work / f"demo{seed}"))
+        print(f"seed {seed}: demo {demo['outcome']} in {demo['time_s']} s simulated ({demo['wall_time_s']} s wall)")
+        dds = []
+        for rtf in args.rtf:
+            for rep in range(args.repeats):
+                # Twice the demo's time, at least 30 s: a stall is reported as a timeout, not waited out.
+                limit = max(30.0, 2.0 * demo["time_s"])
+                run = run_closed_loop(
+                    work / f"dds{seed}_rtf{rtf:g}_{rep}",
+                    {"world_seed": seed, "time_limit_s": limit, "real_time_factor": rtf, "exit_on_goal": True},
+                    wall_limit_s=60.0 + limit / rtf,
+                )
+                s = run.summary or {}
+                row = {
+                    "real_time_factor": rtf,
+                    "repeat": rep,
+                    "sim_exit": run.sim_code,
+                    "planner_exit": run.nav_code,
+                    "success": bool(s.get("success")),
+                    "time_to_goal_s": s.get("time_to_goal_s"),
+                    "wall_time_to_goal_s": s.get("wall_time_to_goal_s"),
+                    "first_command_s": s.get("first_command_s"),
+                    "achieved_real_time_factor": s.get("real_time_factor"),
+                    "collisions": s.get("collisions"),
+                    "path_length_m": s.get("path_length_m"),
+                    "final_dist_to_goal_m": s.get("final_dist_to_goal_m"),
+                    "process_wall_s": run.wall_s,
+                }
+                dds.append(row)
+                print(
+                    f"seed {seed}: DDS x{rtf:g} #{rep}: {'goal' if row['success'] else 'FAILED'} in "
+                    f"{row['time_to_goal_s']} s simulated ({row['wall_time_to_goal_s']} s wall, "
+                    f"{run.wall_s:.1f} s with start-up)"
+                )
+        rows.append({"seed": seed, "world": demo["world"], "demo": demo, "dds": dds})
+
+    payload = {
+        "what": "time to goal: simulator node + planner node over Fast DDS on /clock vs `mnemo-mpc demo` (lockstep)",
+        "command": f"mnemo-mpc dds-loop --seeds {' '.join(map(str, args.seeds))} --rtf "
+        f"{' '.join(f'{r:g}' for r in args.rtf)} --repeats {args.repeats} --out {args.out}",
+        "notes": "time_to_goal_s: simulated seconds until the robot centre is within 0.25 m of the goal (the demo's "
+        "goal check), from simulated time 0 (the simulator holds time at 0 until the planner's cmd_vel publisher "
+        "matched). wall_time_to_goal_s: wall seconds over the same span; the demo steps as fast as it can, the "
+        "simulator node paces simulated time at real_time_factor. process_wall_s includes start-up.",
+        "version": __version__,
+        "machine": {
+            "python": platform.python_version(),
+            "cpu": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(),
+            # Simulated times depend on how fast the planner answers in wall time: other load matters.
+            "load_average_1_5_15_before": [round(v, 2) for v in load_before],
+            "load_average_1_5_15_after": [round(v, 2) for v in os.getloadavg()],
+        },
+        "worlds": rows,
+    }
+    atomic_write_json(args.out, payload)
+    _plot(rows, Path(args.out).with_suffix(".png"))
+    print(f"wrote {args.out} and {Path(args.out).with_suffix('.png')}")
+    return 0 if all(r["demo"]["success"] and all(d["success"] for d in r["dds"]) for r in rows) else 1
+
+
+def _plot(rows: list[dict], path) -> None:
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from mnemo_mpc.atomic import atomic_write_bytes
+
+    labels = [r["world"] for r in rows]
+    demo = [r["demo"]["time_s"] for r in rows]
+    rtfs = sorted({d["real_time_factor"] for r in rows for d in r["dds"]})
+    x = np.arange(len(rows))
+    width = 0.8 / (1 + len(rtfs))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.bar(x, demo, width, label="mnemo-mpc demo (lockstep)")
+    for i, rtf in enumerate(rtfs, start=1):
+        t = [
+            np.mean([d["time_to_goal_s"] for d in r["dds"] if d["real_time_factor"] == rtf and d["success"]] or [0])
+            for r in rows
+        ]
+        ax.bar(x + i * width, t, width, label=f"sim node + planner over DDS, x{rtf:g} real time")
+    ax.set_xticks(x + width * len(rtfs) / 2, labels)
+    ax.set_ylabel("time to goal [s, simulated]")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())

@@ -1,0 +1,150 @@
+"""The simulator node's parameters: one dataclass holds names, defaults, types and descriptions (as `NavParams`).
+
+The rclpy node declares every field with its description and dynamic typing, so `-p sim_rate_hz:=20` (an integer)
+or `start: [1, 2, 0]` are accepted and checked here; a bad value is one `InputError` naming the parameter. No rclpy
+import here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mnemo_mpc.errors import InputError
+from mnemo_mpc.ros.params import checked_values
+
+SIM_NODE_NAME = "mnemo_mpc_sim"
+
+
+def _p(default: Any, description: str) -> Any:
+    return field(default=default, metadata={"description": description})
+
+
+@dataclass
+class SimNodeParams:
+    # world: a generated one, or a map_server map with a start and a goal
+    world_seed: int = _p(7, "generated world seed (mnemo_mpc.planning.worlds.generate_world; `mnemo-mpc demo --seed`)")
+    world_kind: str = _p("", "generated world kind: rooms, corridor, doors, clutter, open, mixed; empty: from the seed")
+    map_yaml: str = _p(
+        "", "map_server map (YAML + image; or relative to the sim/ data folder) instead of a generated world"
+    )
+    start: str | list = _p("", "robot start in a map_yaml world: x,y,yaw [m, m, rad] (a string or a list of 3)")
+    goal: str | list = _p("", "goal in a map_yaml world: x,y,yaw [m, m, rad] (a string or a list of 3)")
+    # time
+    sim_rate_hz: float = _p(20.0, "simulation steps per simulated second; odom, grid, scan and /clock each step [Hz]")
+    physics_hz: float = _p(240.0, "physics substeps per simulated second (PyBullet's fixed step) [Hz]")
+    real_time_factor: float = _p(1.0, "simulated seconds per wall-clock second (1: real time)")
+    cmd_timeout_s: float = _p(0.5, "stop the robot when the last cmd_vel is older than this, in simulated time [s]")
+    time_limit_s: float = _p(
+        0.0, "exit with status 1 after this much simulated time without reaching the goal; 0: never"
+    )
+    seed: int = _p(0, "lidar noise seed")
+    # frames and topics (REP-105: ground-truth odometry in `odom`, the robot in `base_link`)
+    frame_id: str = _p("odom", "fixed frame of odometry, grid, goal and plan (the world's map frame)")
+    base_frame_id: str = _p("base_link", "robot frame: odometry child frame and the lidar's frame")
+    odom_topic: str = _p("odom", "nav_msgs/Odometry out: ground-truth pose and body velocity")
+    grid_topic: str = _p("local_costmap/costmap", "nav_msgs/OccupancyGrid out: the lidar-fused rolling window")
+    scan_topic: str = _p("scan", "sensor_msgs/LaserScan out: the simulated 2-D lidar")
+    cmd_vel_topic: str = _p("cmd_vel", "geometry_msgs/Twist (or TwistStamped) in: the command held until the next")
+    use_stamped_twist: bool = _p(False, "subscribe geometry_msgs/TwistStamped on cmd_vel instead of Twist")
+    goal_topic: str = _p("goal_pose", "geometry_msgs/PoseStamped out (transient local): the world's goal")
+    path_topic: str = _p("plan", "nav_msgs/Path out (transient local): the global path on the world's map")
+    publish_goal: bool = _p(True, "publish the world's goal once on goal_topic (latched) so a planner drives there")
+    publish_plan: bool = _p(True, "publish the global path (mnemo_mpc.planning.global_path) once on path_topic")
+    # episode
+    goal_tolerance_m: float = _p(0.25, "goal reached when the robot centre is this close (as `mnemo-mpc demo`) [m]")
+    exit_on_goal: bool = _p(False, "exit with status 0 once the goal is reached")
+    result_file: str = _p("", "write a JSON summary (time to goal in simulated and wall time, collisions) at exit")
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise InputError(f"parameter {f.name}: expected a finite number, got {value}")
+        for name in ("sim_rate_hz", "physics_hz", "real_time_factor", "cmd_timeout_s", "goal_tolerance_m"):
+            if getattr(self, name) <= 0:
+                raise InputError(f"parameter {name}: expected > 0, got {getattr(self, name)}")
+        if self.physics_hz < self.sim_rate_hz:
+            raise InputError(
+                f"parameter physics_hz: expected >= sim_rate_hz ({self.sim_rate_hz}), got {self.physics_hz}"
+            )
+        if self.time_limit_s < 0:
+            raise InputError(f"parameter time_limit_s: expected >= 0 (0: no limit), got {self.time_limit_s}")
+        if self.world_seed < 0 or self.seed < 0:
+            raise InputError(f"parameters world_seed and seed: expected >= 0, got {self.world_seed}, {self.seed}")
+        from mnemo_mpc.planning.worlds import KINDS
+
+        if self.world_kind and self.world_kind not in KINDS:
+            raise InputError(f"parameter world_kind: expected one of {list(KINDS)} or empty, got {self.world_kind!r}")
+        if self.map_yaml:
+            self.start_pose()
+            self.goal_pose()
+        elif self.start != "" or self.goal != "":
+            raise InputError("parameters start and goal: only with map_yaml (a generated world has its own)")
+
+    # --- poses -----------------------------------------------------------------------------------------------------
+    def start_pose(self) -> np.ndarray:
+        return parse_pose(self.start, "start")
+
+    def goal_pose(self) -> np.ndarray:
+        return parse_pose(self.goal, "goal")
+
+    def map_yaml_path(self) -> Path:
+        """`map_yaml` as given, else relative to the shipped `sim/` data folder (`worlds/open_45.yaml`)."""
+        path = Path(self.map_yaml).expanduser()
+        if path.is_file() or path.is_absolute():
+            return path
+        from mnemo_mpc.resources import share_file
+
+        try:
+            return share_file("sim", path)
+        except InputError as exc:
+            raise InputError(f"parameter map_yaml: no file {self.map_yaml!r} here or in the sim/ data folder") from exc
+
+    # --- construction ----------------------------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], source: str = "parameters") -> SimNodeParams:
+        """Build from a name -> value mapping, refusing unknown names and wrong types (ints are accepted as floats,
+        as ROS YAML writes `sim_rate_hz: 20`)."""
+        # start and goal: "x,y,yaw" or a list, parsed by the dataclass itself
+        poses = {k: (v if isinstance(v, str) else list(v)) for k, v in values.items() if k in ("start", "goal")}
+        rest = {k: v for k, v in values.items() if k not in ("start", "goal")}
+        kwargs = {**checked_values(cls, rest, source), **poses}
+        return cls(**kwargs)
+
+    def descriptions(self) -> dict[str, str]:
+        return {f.name: f.metadata["description"] for f in dataclasses.fields(self)}
+
+    def world(self) -> Any:
+        """The `World` these parameters name (generated, or the map with start and goal). Raises `InputError` /
+        `MapFormatError` / `InfeasibleProblemError` for a bad map or an impossible start or goal."""
+        if self.map_yaml:
+            from mnemo_mpc.sim.world import load_map_world
+
+            return load_map_world(self.map_yaml_path(), self.start_pose(), self.goal_pose())
+        from mnemo_mpc.planning.worlds import generate_world
+
+        return generate_world(self.world_seed, kind=self.world_kind or None)
+
+
+def parse_pose(value: Any, name: str) -> np.ndarray:
+    """x,y,yaw from a string "x,y,yaw" (brackets allowed) or a sequence of three numbers; InputError naming the
+    parameter otherwise."""
+    try:
+        items = value.strip().strip("[]()").split(",") if isinstance(value, str) else list(value)
+        if any(isinstance(v, bool) for v in items):
+            raise ValueError("booleans")
+        pose = np.array([float(v) for v in items], dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"parameter {name}: expected x,y,yaw (three numbers), got {value!r}") from exc
+    if pose.shape != (3,) or not np.all(np.isfinite(pose)):
+        raise InputError(f"parameter {name}: expected three finite numbers x,y,yaw, got {value!r}")
+    return pose
+
+
+__all__ = ["SIM_NODE_NAME", "SimNodeParams", "parse_pose"]
