@@ -60,11 +60,7 @@ def candidate_dirs(kind: str) -> list[Path]:
     if ament is not None:
         out.append(ament / kind)
     out.append(Path(sys.prefix) / "share" / PACKAGE / kind)
-    unique: list[Path] = []
-    for d in out:
-        if d not in unique:
-            unique.append(d)
-    return unique
+    return list(dict.fromkeys(out))  # each place once, first mention kept
 
 
 def share_dirs(kind: str) -> list[Path]:

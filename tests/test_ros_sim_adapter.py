@@ -11,7 +11,8 @@ import pytest
 from mnemo_mpc.errors import InputError
 from mnemo_mpc.planning.grid import FREE, OCCUPIED, OccupancyGrid
 from mnemo_mpc.planning.worlds import world_from_grid
-from mnemo_mpc.ros.sim_params import SimNodeParams, parse_pose
+from mnemo_mpc.ros.sim_params import SimNodeParams
+from mnemo_mpc.sim.world import parse_pose
 
 pytest.importorskip("pybullet")
 pytest.importorskip("rosbags")
@@ -65,11 +66,11 @@ def test_params_accept_integers_for_floats_and_name_bad_values():
 
 
 def test_pose_parameters_as_string_or_list():
-    assert parse_pose("[1, 2, 0.5]", "start").tolist() == [1.0, 2.0, 0.5]
-    assert parse_pose([1, 2, 0], "goal").tolist() == [1.0, 2.0, 0.0]
+    assert parse_pose("[1, 2, 0.5]", "parameter start").tolist() == [1.0, 2.0, 0.5]
+    assert parse_pose([1, 2, 0], "parameter goal").tolist() == [1.0, 2.0, 0.0]
     for bad in ("1,2", "a,b,c", [1, 2, float("nan")], [True, 1, 2]):
         with pytest.raises(InputError, match="parameter start: expected"):
-            parse_pose(bad, "start")
+            parse_pose(bad, "parameter start")
     with pytest.raises(InputError, match="parameter goal"):
         SimNodeParams(map_yaml="worlds/open_45.yaml", start="7.325,4.575,0", goal="")
 

@@ -61,8 +61,9 @@ def run(cfg: NodeBenchConfig, progress: bool = True) -> dict[str, Any]:
     import numpy as np
 
     from mnemo_mpc import __version__
-    from mnemo_mpc.ros.fuzz import FuzzConfig, percentiles, run_fuzz
+    from mnemo_mpc.ros.fuzz import FuzzConfig, run_fuzz
     from mnemo_mpc.ros.params import NavParams
+    from mnemo_mpc.sim.episode import percentiles
 
     params = NavParams(control_rate_hz=cfg.rate_hz)
     if cfg.fuzz:
@@ -80,7 +81,7 @@ def run(cfg: NodeBenchConfig, progress: bool = True) -> dict[str, Any]:
         "rate_hz_p50": 1e3 / tick["p50"] if tick["p50"] > 0 else None,
         # with --fuzz most ticks may be stale-input stops that skip the controller: the planning ticks alone
         "tick_ms_with_controller": with_controller,
-        "rate_hz_p50_with_controller": 1e3 / with_controller["p50"] if with_controller else None,
+        "rate_hz_p50_with_controller": 1e3 / with_controller["p50"] if with_controller["p50"] else None,
         "tick_ms_by_status": timing["tick_ms_by_status"],
         "period_ms": timing["period_ms"],
         "controller_ms": timing["controller_ms"],
@@ -124,14 +125,14 @@ def report(result: dict[str, Any]) -> str:
                 f"ticks that ran the controller: p50 {wc['p50']:.2f}  p99 {wc['p99']:.2f}  max {wc['max']:.2f} "
                 f"-> {result['rate_hz_p50_with_controller']:.0f} Hz at p50"
             ]
-            if (wc := result["tick_ms_with_controller"])
+            if (wc := result["tick_ms_with_controller"])["p50"] is not None
             else []
         ),
         f"period ms p50 {p['p50']:.2f}  p99 {p['p99']:.2f}  max {p['max']:.2f} (callbacks + tick)",
         *(
             f"{name} ms p50 {v['p50']:.2f}  p99 {v['p99']:.2f}  max {v['max']:.2f} (inside the tick)"
             for name, v in (("controller", result["controller_ms"]), ("solve", result["solve_ms"]))
-            if v
+            if v["p50"] is not None
         ),
         f"callback ms p50 {c['p50']:.3f}  p99 {c['p99']:.3f}  max {c['max']:.2f}",
         f"violations: {counts['violations'] or 'none'}",

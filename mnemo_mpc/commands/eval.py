@@ -56,17 +56,11 @@ def warmstart_controller(args: argparse.Namespace, robot: Any = None, mpc_config
 
 
 def _pose(text: str | list | None, name: str) -> list[float]:
-    import math
+    from mnemo_mpc.sim.world import parse_pose
 
     if text is None:
         raise InputError(f"{name}: required with --map (x,y,yaw)")
-    try:
-        vals = [float(v) for v in (text.split(",") if isinstance(text, str) else text)]
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"{name}: expected three numbers x,y,yaw, got {text!r}") from exc
-    if len(vals) != 3 or not all(math.isfinite(v) for v in vals):
-        raise InputError(f"{name}: expected three finite numbers x,y,yaw, got {text!r}")
-    return vals
+    return parse_pose(text, name).tolist()
 
 
 def _map_file(path: Path, name: str) -> Path:

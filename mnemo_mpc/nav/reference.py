@@ -77,9 +77,11 @@ def visible_subgoal(grid: OccupancyGrid, pose: np.ndarray, goal: np.ndarray, cle
     as it is, for the MPC to refuse with its reason."""
     goal = np.asarray(goal, dtype=float)
     cell = grid.world_to_cell(goal[:2])
-    if not grid.in_bounds(cell) or grid.free_mask()[cell[0], cell[1]] or grid.occupied_mask()[cell[0], cell[1]]:
+    if not grid.in_bounds(cell):
         return goal.copy()
     free = grid.free_mask()
+    if free[cell[0], cell[1]] or grid.data[cell[0], cell[1]] >= grid.occupied_thresh:
+        return goal.copy()
     cells = int(math.ceil(clearance_m / grid.resolution))
     d = goal[:2] - np.asarray(pose[:2], dtype=float)
     length = float(np.hypot(*d))

@@ -47,6 +47,8 @@ import numpy as np
 from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.ros import convert
 from mnemo_mpc.ros.params import NavParams
+from mnemo_mpc.ros.sim_convert import SimMessageTypes, make_odometry, path_states
+from mnemo_mpc.sim.episode import percentiles
 
 TOPICS = ("grid", "odometry", "goal", "path")
 LABELS = ("clean", "may", "stale", "bad")
@@ -116,12 +118,9 @@ class MessageFactory:
         from rosbags.typesys import Stores, get_typestore
 
         self.store = get_typestore(getattr(Stores, distro))
-        self.types = convert.MessageTypes.from_rosbags(distro)
+        self.sim_types = SimMessageTypes.from_rosbags(distro)
+        self.types = self.sim_types.base
         self.frame_id = frame_id
-        t = self.store.types
-        self._odometry = t["nav_msgs/msg/Odometry"]
-        self._pose_cov = t["geometry_msgs/msg/PoseWithCovariance"]
-        self._twist_cov = t["geometry_msgs/msg/TwistWithCovariance"]
 
     def header(self, stamp_s: float, frame_id: str | None = None) -> Any:
         return convert.make_header(self.types, stamp_s, self.frame_id if frame_id is None else frame_id)
@@ -132,30 +131,13 @@ class MessageFactory:
         return msg
 
     def odometry(self, pose: np.ndarray, velocity: np.ndarray, stamp_s: float) -> Any:
-        return self._odometry(
-            header=self.header(stamp_s),
-            child_frame_id="base_link",
-            pose=self._pose_cov(pose=convert.make_pose(self.types, *pose), covariance=np.zeros(36)),
-            twist=self._twist_cov(
-                twist=self.types.Twist(
-                    linear=self.types.Vector3(x=float(velocity[0]), y=0.0, z=0.0),
-                    angular=self.types.Vector3(x=0.0, y=0.0, z=float(velocity[1])),
-                ),
-                covariance=np.zeros(36),
-            ),
-        )
+        return make_odometry(self.sim_types, pose, velocity, stamp_s, self.frame_id, "base_link")
 
     def goal(self, goal: np.ndarray, stamp_s: float) -> Any:
         return self.types.PoseStamped(header=self.header(stamp_s), pose=convert.make_pose(self.types, *goal))
 
     def path(self, points: np.ndarray, stamp_s: float) -> Any:
-        pts = np.asarray(points, dtype=float).reshape(-1, 2)
-        yaw = np.zeros(len(pts))
-        if len(pts) >= 2:
-            d = np.diff(pts, axis=0)
-            yaw[:-1] = np.arctan2(d[:, 1], d[:, 0])
-            yaw[-1] = yaw[-2]
-        return convert.make_path(self.types, np.column_stack([pts, yaw]), stamp_s, self.frame_id)
+        return convert.make_path(self.types, path_states(points), stamp_s, self.frame_id)
 
     def roundtrip(self, msg: Any) -> Any:
         """The message as a subscriber receives it: CDR-serialised and read back (float32 fields rounded...)."""
@@ -776,16 +758,6 @@ class FuzzReport:
                 shown[v.kind] += 1
                 lines.append(str(v))
         return "\n".join(lines)
-
-
-def percentiles(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {}
-    a = np.asarray(values, dtype=float)
-    out = {k: float(np.percentile(a, q)) for k, q in (("p50", 50), ("p95", 95), ("p99", 99))}
-    out["max"] = float(a.max())
-    out["mean"] = float(a.mean())
-    return out
 
 
 class Monitor:

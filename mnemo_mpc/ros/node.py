@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import rclpy
 from builtin_interfaces.msg import Time
@@ -17,7 +19,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import Point, Pose, PoseStamped, Quaternion, Twist, TwistStamped, Vector3
 from nav_msgs.msg import MapMetaData, OccupancyGrid, Odometry, Path
 from rcl_interfaces.msg import ParameterDescriptor
-from rclpy.executors import ExternalShutdownException
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Header
@@ -49,20 +51,28 @@ RCLPY_TYPES = MessageTypes(
 INPUT_QOS = QoSProfile(depth=1, durability=DurabilityPolicy.VOLATILE, reliability=ReliabilityPolicy.RELIABLE)
 
 
+def read_params(node: Node, cls: type, reference: str) -> Any:
+    """Declare every field of the parameter dataclass `cls` (`NavParams`, `SimNodeParams`) on `node` with its
+    description and read the values back through `cls.from_dict`, which checks names, types and ranges. Dynamic
+    typing: `-p control_rate_hz:=50` (an integer) is as valid as 50.0. Overrides that name no parameter (a typo in
+    a params file) are warned about, pointing at `reference` for the names."""
+    defaults = cls()
+    for f in dataclasses.fields(cls):
+        desc = ParameterDescriptor(description=f.metadata["description"], dynamic_typing=True)
+        node.declare_parameter(f.name, getattr(defaults, f.name), desc)
+    values = {f.name: node.get_parameter(f.name).value for f in dataclasses.fields(cls)}
+    params = cls.from_dict(values, source=f"node {node.get_fully_qualified_name()} parameters")
+    unknown = sorted(set(getattr(node, "_parameter_overrides", {})) - set(values) - {"use_sim_time"})
+    if unknown:
+        node.get_logger().warning(f"ignoring unknown parameter(s) {unknown}; see {reference} for the names")
+    return params
+
+
 class NavNode(Node):
     def __init__(self) -> None:
         super().__init__(NODE_NAME)
         forward_library_logs(self.get_logger())
-        defaults = NavParams()
-        for f in dataclasses.fields(NavParams):
-            # dynamic typing: `control_rate_hz: 20` (an integer) is as valid as 20.0; NavParams checks the types
-            desc = ParameterDescriptor(description=f.metadata["description"], dynamic_typing=True)
-            self.declare_parameter(f.name, getattr(defaults, f.name), desc)
-        values = {f.name: self.get_parameter(f.name).value for f in dataclasses.fields(NavParams)}
-        self.params = NavParams.from_dict(values, source=f"node {self.get_fully_qualified_name()} parameters")
-        unknown = sorted(set(getattr(self, "_parameter_overrides", {})) - set(values) - {"use_sim_time"})
-        if unknown:
-            self.get_logger().warning(f"ignoring unknown parameter(s) {unknown}; see config/nav.yaml for the names")
+        self.params = read_params(self, NavParams, "config/nav.yaml")
         self.adapter = NavAdapter(self.params, RCLPY_TYPES)
         p = self.params
         warm_up_s = self.adapter.warm_up()
@@ -123,27 +133,38 @@ class NavNode(Node):
         self.diag_pub.publish(array)
 
 
-def main(argv: list[str] | None = None) -> int:
+def run_node(name: str, make_node: Callable[[], Node], argv: list[str] | None = None) -> int:
+    """Run a node process: 0 on SIGINT / SIGTERM (rclpy's handlers turn both into a shutdown) or when the node asks
+    to stop (an `exit_code` attribute it sets), 2 with one line on stderr for bad parameters or arguments. The node's
+    `destroy_node` runs on every way out."""
     from rclpy.impl.implementation_singleton import rclpy_implementation
 
-    node, started = None, False
+    node, started, code = None, False, 0
     try:
         rclpy.init(args=argv if argv is not None else sys.argv)
         started = True
-        node = NavNode()
-        rclpy.spin(node)
+        node = make_node()
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        while rclpy.ok() and getattr(node, "exit_code", None) is None:
+            executor.spin_once(timeout_sec=0.1)
+        code = getattr(node, "exit_code", None) or 0
     except (KeyboardInterrupt, ExternalShutdownException):  # Ctrl-C, or SIGTERM from launch / a supervisor
-        pass
+        code = 0
     except (MnemoError, rclpy_implementation.RCLError) as exc:
         if not started or rclpy.ok():  # after a signal during start-up the context is gone: that is no error
-            sys.stderr.write(f"{NODE_NAME}: error: {exc}\n")
-            return 2
+            sys.stderr.write(f"{name}: error: {exc}\n")
+            code = 2
     finally:
         if node is not None:
             node.destroy_node()
         if rclpy.ok():
             rclpy.shutdown()
-    return 0
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_node(NODE_NAME, NavNode, argv)
 
 
 if __name__ == "__main__":

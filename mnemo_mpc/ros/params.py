@@ -20,66 +20,72 @@ from mnemo_mpc.warmstart import MODES
 NODE_NAME = "mnemo_mpc_nav"
 
 
-def _p(default: Any, description: str) -> Any:
+def param(default: Any, description: str) -> Any:
+    """A parameter field: its default and the description the node declares it with."""
     return field(default=default, metadata={"description": description})
+
+
+def require_finite(params: Any) -> None:
+    """InputError naming the first float field of the parameter dataclass `params` that is NaN or infinite."""
+    for f in dataclasses.fields(params):
+        value = getattr(params, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputError(f"parameter {f.name}: expected a finite number, got {value}")
 
 
 @dataclass
 class NavParams:
     # frames and topics (REP-105: the local plan and grid live in `odom`, commands are in the base frame)
-    frame_id: str = _p("odom", "fixed frame of the local grid, odometry pose, goal and local plan")
-    base_frame_id: str = _p("base_link", "robot base frame (commands are expressed in it)")
-    grid_topic: str = _p("local_costmap/costmap", "nav_msgs/OccupancyGrid: the local rolling-window grid")
-    odom_topic: str = _p("odom", "nav_msgs/Odometry: pose in frame_id and body velocity")
-    goal_topic: str = _p("goal_pose", "geometry_msgs/PoseStamped: the navigation goal, in frame_id")
-    path_topic: str = _p("plan", "nav_msgs/Path: optional global path in frame_id (sub-goals for the MPC)")
-    cmd_vel_topic: str = _p("cmd_vel", "geometry_msgs/Twist (or TwistStamped) velocity command")
-    local_plan_topic: str = _p("local_plan", "nav_msgs/Path: the MPC's planned horizon")
-    use_stamped_twist: bool = _p(False, "publish geometry_msgs/TwistStamped instead of Twist on cmd_vel")
+    frame_id: str = param("odom", "fixed frame of the local grid, odometry pose, goal and local plan")
+    base_frame_id: str = param("base_link", "robot base frame (commands are expressed in it)")
+    grid_topic: str = param("local_costmap/costmap", "nav_msgs/OccupancyGrid: the local rolling-window grid")
+    odom_topic: str = param("odom", "nav_msgs/Odometry: pose in frame_id and body velocity")
+    goal_topic: str = param("goal_pose", "geometry_msgs/PoseStamped: the navigation goal, in frame_id")
+    path_topic: str = param("plan", "nav_msgs/Path: optional global path in frame_id (sub-goals for the MPC)")
+    cmd_vel_topic: str = param("cmd_vel", "geometry_msgs/Twist (or TwistStamped) velocity command")
+    local_plan_topic: str = param("local_plan", "nav_msgs/Path: the MPC's planned horizon")
+    use_stamped_twist: bool = param(False, "publish geometry_msgs/TwistStamped instead of Twist on cmd_vel")
     # timing and safety
-    control_rate_hz: float = _p(
+    control_rate_hz: float = param(
         10.0, "control loop rate [Hz]; at least 1/dt. Acceleration limits hold between consecutive commands"
     )
-    stale_timeout_s: float = _p(
+    stale_timeout_s: float = param(
         0.5, "stop if odometry or the grid was received, or is stamped, longer ago than this [s]"
     )
-    diagnostics_rate_hz: float = _p(1.0, "rate of diagnostic_msgs/DiagnosticArray on /diagnostics [Hz]")
-    goal_tolerance_m: float = _p(0.2, "goal reached when the robot centre is this close [m]")
+    diagnostics_rate_hz: float = param(1.0, "rate of diagnostic_msgs/DiagnosticArray on /diagnostics [Hz]")
+    goal_tolerance_m: float = param(0.2, "goal reached when the robot centre is this close [m]")
     # the grid the MPC plans on: every incoming costmap is fitted to this robot-centred window (one NLP, bounded ticks)
-    grid_window_m: float = _p(6.0, "side of the square planning window around the robot [m]")
-    grid_resolution: float = _p(0.05, "cell size of the planning window [m]")
-    max_grid_cells: int = _p(4_000_000, "reject incoming grids with more cells than this (width * height)")
-    max_path_poses: int = _p(20_000, "reject global paths with more poses than this")
+    grid_window_m: float = param(6.0, "side of the square planning window around the robot [m]")
+    grid_resolution: float = param(0.05, "cell size of the planning window [m]")
+    max_grid_cells: int = param(4_000_000, "reject incoming grids with more cells than this (width * height)")
+    max_path_poses: int = param(20_000, "reject global paths with more poses than this")
     # robot (see mnemo_mpc.planning.robot.RobotModel)
-    robot_radius: float = _p(0.2, "circular footprint radius [m]")
-    safety_margin: float = _p(0.05, "extra clearance beyond the footprint [m]")
-    v_min: float = _p(0.0, "minimum linear velocity [m/s] (<= 0)")
-    v_max: float = _p(0.5, "maximum linear velocity [m/s]")
-    w_max: float = _p(1.5, "maximum |angular velocity| [rad/s]")
-    a_max: float = _p(1.0, "maximum |linear acceleration| [m/s^2]")
-    alpha_max: float = _p(3.0, "maximum |angular acceleration| [rad/s^2]")
+    robot_radius: float = param(0.2, "circular footprint radius [m]")
+    safety_margin: float = param(0.05, "extra clearance beyond the footprint [m]")
+    v_min: float = param(0.0, "minimum linear velocity [m/s] (<= 0)")
+    v_max: float = param(0.5, "maximum linear velocity [m/s]")
+    w_max: float = param(1.5, "maximum |angular velocity| [rad/s]")
+    a_max: float = param(1.0, "maximum |linear acceleration| [m/s^2]")
+    alpha_max: float = param(3.0, "maximum |angular acceleration| [rad/s^2]")
     # MPC (see mnemo_mpc.planning.mpc.MPCConfig)
-    horizon_steps: int = _p(30, "MPC horizon N")
-    dt: float = _p(0.1, "MPC step [s]")
-    sqp_method: str = _p("sqp", "'sqp' (condensed NLP, compiled, DAQP) or 'sqpmethod' (CasADi's, multiple shooting)")
-    qpsol: str = _p("piqp", "QP backend of CasADi's sqpmethod (sqp_method: sqpmethod)")
-    max_iter: int = _p(10, "SQP iteration cap per control step (paper: 10)")
-    fallback_solver: str = _p(
+    horizon_steps: int = param(30, "MPC horizon N")
+    dt: float = param(0.1, "MPC step [s]")
+    sqp_method: str = param("sqp", "'sqp' (condensed NLP, compiled, DAQP) or 'sqpmethod' (CasADi's, multiple shooting)")
+    qpsol: str = param("piqp", "QP backend of CasADi's sqpmethod (sqp_method: sqpmethod)")
+    max_iter: int = param(10, "SQP iteration cap per control step (paper: 10)")
+    fallback_solver: str = param(
         "",
         "NLP solver for failed SQP solves: '' (off: the previous plan or a stop) or 'ipopt' (capped at 0.3 of a "
         "control period, which it can overrun by one of its iterations)",
     )
-    unknown_policy: str = _p("occupied", "how unknown grid cells count for clearance: 'occupied' or 'free'")
-    warm_start: str = _p(
+    unknown_policy: str = param("occupied", "how unknown grid cells count for clearance: 'occupied' or 'free'")
+    warm_start: str = param(
         "auto", "SQP start: cold, shift, learned, hybrid, or auto (hybrid when a model fits the robot, else shift)"
     )
-    warm_start_model: str = _p("", "warm-start model (ONNX); empty: a shipped model that fits the robot")
+    warm_start_model: str = param("", "warm-start model (ONNX); empty: a shipped model that fits the robot")
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, float) and not math.isfinite(value):
-                raise InputError(f"parameter {f.name}: expected a finite number, got {value}")
+        require_finite(self)
         positive = ("control_rate_hz", "stale_timeout_s", "diagnostics_rate_hz", "goal_tolerance_m", "dt")
         positive += ("robot_radius", "grid_window_m", "grid_resolution", "max_grid_cells", "max_path_poses")
         for name in positive:

@@ -104,10 +104,8 @@ class SimAdapter:
     # --- outputs ---------------------------------------------------------------------------------------------------
     def goal_msg(self) -> Any:
         b = self.types.base
-        return b.PoseStamped(header=convert.make_header(b, self.time_s, self.params.frame_id), pose=self._goal_pose())
-
-    def _goal_pose(self) -> Any:
-        return convert.make_pose(self.types.base, *self.goal)
+        header = convert.make_header(b, self.time_s, self.params.frame_id)
+        return b.PoseStamped(header=header, pose=convert.make_pose(b, *self.goal))
 
     def path_msg(self) -> Any | None:
         if self.global_path is None:

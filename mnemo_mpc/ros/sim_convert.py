@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from mnemo_mpc.errors import InputError
-from mnemo_mpc.ros.convert import MessageTypes, make_header, make_pose
+from mnemo_mpc.ros.convert import MessageTypes, make_header, make_pose, make_twist
 
 
 @dataclass(frozen=True)
@@ -63,9 +63,7 @@ def make_odometry(
     """nav_msgs/Odometry: pose (x, y, yaw) in `frame_id`, body velocity (v, w) in `child_frame_id` (REP-105).
     Ground truth, so the covariances are zero."""
     b = types.base
-    twist = b.Twist(
-        linear=b.Vector3(x=float(velocity[0]), y=0.0, z=0.0), angular=b.Vector3(x=0.0, y=0.0, z=float(velocity[1]))
-    )
+    twist = make_twist(b, float(velocity[0]), float(velocity[1]))
     return types.Odometry(
         header=make_header(b, stamp_s, frame_id),
         child_frame_id=child_frame_id,

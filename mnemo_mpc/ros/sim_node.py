@@ -15,12 +15,10 @@ the ROS-free `SimAdapter`.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import sys
 from typing import Any
 
-import rclpy
 from geometry_msgs.msg import (
     PoseStamped,
     PoseWithCovariance,
@@ -29,9 +27,7 @@ from geometry_msgs.msg import (
     TwistWithCovariance,
 )
 from nav_msgs.msg import OccupancyGrid, Odometry, Path
-from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.clock import Clock, ClockType
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock as ClockMsg
@@ -39,7 +35,7 @@ from sensor_msgs.msg import LaserScan
 
 from mnemo_mpc.atomic import atomic_write_json
 from mnemo_mpc.errors import MnemoError
-from mnemo_mpc.ros.node import RCLPY_TYPES
+from mnemo_mpc.ros.node import RCLPY_TYPES, read_params, run_node
 from mnemo_mpc.ros.ros_logging import forward_library_logs
 from mnemo_mpc.ros.sim_adapter import SimAdapter, SimOutputs
 from mnemo_mpc.ros.sim_convert import SimMessageTypes
@@ -55,25 +51,11 @@ RCLPY_SIM_TYPES = SimMessageTypes(
 )
 
 
-def read_params(node: Node) -> SimNodeParams:
-    """Declare every `SimNodeParams` field (described, dynamically typed so integers pass for floats) and read
-    them back through `SimNodeParams.from_dict`, which checks types and ranges."""
-    defaults = SimNodeParams()
-    for f in dataclasses.fields(SimNodeParams):
-        node.declare_parameter(
-            f.name,
-            getattr(defaults, f.name),
-            ParameterDescriptor(description=f.metadata["description"], dynamic_typing=True),
-        )
-    values = {f.name: node.get_parameter(f.name).value for f in dataclasses.fields(SimNodeParams)}
-    return SimNodeParams.from_dict(values, source=f"node {node.get_name()} parameters")
-
-
 class SimNode(Node):
     def __init__(self) -> None:
         super().__init__(SIM_NODE_NAME)
         self._log_handler = forward_library_logs(self.get_logger())
-        self.params = p = read_params(self)
+        self.params = p = read_params(self, SimNodeParams, "mnemo_mpc/ros/sim_params.py")
         self.adapter = SimAdapter(p, RCLPY_SIM_TYPES)
         self.exit_code: int | None = None
 
@@ -148,42 +130,20 @@ class SimNode(Node):
         if out.exit_code is not None:
             self.exit_code = out.exit_code
 
-    def write_result(self) -> None:
-        if self.params.result_file:
-            atomic_write_json(self.params.result_file, {"summary": self.adapter.summary(), "params": vars(self.params)})
-
-    def close(self) -> None:
-        logging.getLogger("mnemo_mpc").removeHandler(self._log_handler)
-        self.adapter.close()
+    def destroy_node(self) -> None:
+        """Write the result file (if asked) and close the simulator, on every way out (`run_node`)."""
+        try:
+            if self.params.result_file:
+                summary = {"summary": self.adapter.summary(), "params": vars(self.params)}
+                atomic_write_json(self.params.result_file, summary)
+        finally:
+            logging.getLogger("mnemo_mpc").removeHandler(self._log_handler)
+            self.adapter.close()
+            super().destroy_node()
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rclpy.impl.implementation_singleton import rclpy_implementation
-
-    node, started, code = None, False, 0
-    try:
-        rclpy.init(args=argv if argv is not None else sys.argv)
-        started = True
-        node = SimNode()
-        while rclpy.ok() and node.exit_code is None:
-            rclpy.spin_once(node, timeout_sec=0.1)
-        code = node.exit_code or 0
-    except (KeyboardInterrupt, ExternalShutdownException):  # Ctrl-C, or SIGTERM from launch / a supervisor
-        code = 0
-    except (MnemoError, rclpy_implementation.RCLError) as exc:  # bad parameters or arguments, a bad map or start
-        if not started or rclpy.ok():  # after a signal during start-up the context is gone: that is no error
-            sys.stderr.write(f"{SIM_NODE_NAME}: error: {exc}\n")
-            code = 2
-    finally:
-        if node is not None:
-            try:
-                node.write_result()
-            finally:
-                node.close()
-                node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
-    return code
+    return run_node(SIM_NODE_NAME, SimNode, argv)
 
 
 if __name__ == "__main__":

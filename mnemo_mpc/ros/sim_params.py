@@ -8,64 +8,62 @@ import here.
 from __future__ import annotations
 
 import dataclasses
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from mnemo_mpc.errors import InputError
-from mnemo_mpc.ros.params import checked_values
+from mnemo_mpc.ros.params import checked_values, param, require_finite
 
 SIM_NODE_NAME = "mnemo_mpc_sim"
-
-
-def _p(default: Any, description: str) -> Any:
-    return field(default=default, metadata={"description": description})
 
 
 @dataclass
 class SimNodeParams:
     # world: a generated one, or a map_server map with a start and a goal
-    world_seed: int = _p(7, "generated world seed (mnemo_mpc.planning.worlds.generate_world; `mnemo-mpc demo --seed`)")
-    world_kind: str = _p("", "generated world kind: rooms, corridor, doors, clutter, open, mixed; empty: from the seed")
-    map_yaml: str = _p(
+    world_seed: int = param(
+        7, "generated world seed (mnemo_mpc.planning.worlds.generate_world; `mnemo-mpc demo --seed`)"
+    )
+    world_kind: str = param(
+        "", "generated world kind: rooms, corridor, doors, clutter, open, mixed; empty: from the seed"
+    )
+    map_yaml: str = param(
         "", "map_server map (YAML + image; or relative to the sim/ data folder) instead of a generated world"
     )
-    start: str | list = _p("", "robot start in a map_yaml world: x,y,yaw [m, m, rad] (a string or a list of 3)")
-    goal: str | list = _p("", "goal in a map_yaml world: x,y,yaw [m, m, rad] (a string or a list of 3)")
+    start: str | list = param("", "robot start in a map_yaml world: x,y,yaw [m, m, rad] (a string or a list of 3)")
+    goal: str | list = param("", "goal in a map_yaml world: x,y,yaw [m, m, rad] (a string or a list of 3)")
     # time
-    sim_rate_hz: float = _p(20.0, "simulation steps per simulated second; odom, grid, scan and /clock each step [Hz]")
-    physics_hz: float = _p(240.0, "physics substeps per simulated second (PyBullet's fixed step) [Hz]")
-    real_time_factor: float = _p(1.0, "simulated seconds per wall-clock second (1: real time)")
-    cmd_timeout_s: float = _p(0.5, "stop the robot when the last cmd_vel is older than this, in simulated time [s]")
-    time_limit_s: float = _p(
+    sim_rate_hz: float = param(
+        20.0, "simulation steps per simulated second; odom, grid, scan and /clock each step [Hz]"
+    )
+    physics_hz: float = param(240.0, "physics substeps per simulated second (PyBullet's fixed step) [Hz]")
+    real_time_factor: float = param(1.0, "simulated seconds per wall-clock second (1: real time)")
+    cmd_timeout_s: float = param(0.5, "stop the robot when the last cmd_vel is older than this, in simulated time [s]")
+    time_limit_s: float = param(
         0.0, "exit with status 1 after this much simulated time without reaching the goal; 0: never"
     )
-    seed: int = _p(0, "lidar noise seed")
+    seed: int = param(0, "lidar noise seed")
     # frames and topics (REP-105: ground-truth odometry in `odom`, the robot in `base_link`)
-    frame_id: str = _p("odom", "fixed frame of odometry, grid, goal and plan (the world's map frame)")
-    base_frame_id: str = _p("base_link", "robot frame: odometry child frame and the lidar's frame")
-    odom_topic: str = _p("odom", "nav_msgs/Odometry out: ground-truth pose and body velocity")
-    grid_topic: str = _p("local_costmap/costmap", "nav_msgs/OccupancyGrid out: the lidar-fused rolling window")
-    scan_topic: str = _p("scan", "sensor_msgs/LaserScan out: the simulated 2-D lidar")
-    cmd_vel_topic: str = _p("cmd_vel", "geometry_msgs/Twist (or TwistStamped) in: the command held until the next")
-    use_stamped_twist: bool = _p(False, "subscribe geometry_msgs/TwistStamped on cmd_vel instead of Twist")
-    goal_topic: str = _p("goal_pose", "geometry_msgs/PoseStamped out (transient local): the world's goal")
-    path_topic: str = _p("plan", "nav_msgs/Path out (transient local): the global path on the world's map")
-    publish_goal: bool = _p(True, "publish the world's goal once on goal_topic (latched) so a planner drives there")
-    publish_plan: bool = _p(True, "publish the global path (mnemo_mpc.planning.global_path) once on path_topic")
+    frame_id: str = param("odom", "fixed frame of odometry, grid, goal and plan (the world's map frame)")
+    base_frame_id: str = param("base_link", "robot frame: odometry child frame and the lidar's frame")
+    odom_topic: str = param("odom", "nav_msgs/Odometry out: ground-truth pose and body velocity")
+    grid_topic: str = param("local_costmap/costmap", "nav_msgs/OccupancyGrid out: the lidar-fused rolling window")
+    scan_topic: str = param("scan", "sensor_msgs/LaserScan out: the simulated 2-D lidar")
+    cmd_vel_topic: str = param("cmd_vel", "geometry_msgs/Twist (or TwistStamped) in: the command held until the next")
+    use_stamped_twist: bool = param(False, "subscribe geometry_msgs/TwistStamped on cmd_vel instead of Twist")
+    goal_topic: str = param("goal_pose", "geometry_msgs/PoseStamped out (transient local): the world's goal")
+    path_topic: str = param("plan", "nav_msgs/Path out (transient local): the global path on the world's map")
+    publish_goal: bool = param(True, "publish the world's goal once on goal_topic (latched) so a planner drives there")
+    publish_plan: bool = param(True, "publish the global path (mnemo_mpc.planning.global_path) once on path_topic")
     # episode
-    goal_tolerance_m: float = _p(0.25, "goal reached when the robot centre is this close (as `mnemo-mpc demo`) [m]")
-    exit_on_goal: bool = _p(False, "exit with status 0 once the goal is reached")
-    result_file: str = _p("", "write a JSON summary (time to goal in simulated and wall time, collisions) at exit")
+    goal_tolerance_m: float = param(0.25, "goal reached when the robot centre is this close (as `mnemo-mpc demo`) [m]")
+    exit_on_goal: bool = param(False, "exit with status 0 once the goal is reached")
+    result_file: str = param("", "write a JSON summary (time to goal in simulated and wall time, collisions) at exit")
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, float) and not math.isfinite(value):
-                raise InputError(f"parameter {f.name}: expected a finite number, got {value}")
+        require_finite(self)
         for name in ("sim_rate_hz", "physics_hz", "real_time_factor", "cmd_timeout_s", "goal_tolerance_m"):
             if getattr(self, name) <= 0:
                 raise InputError(f"parameter {name}: expected > 0, got {getattr(self, name)}")
@@ -89,10 +87,14 @@ class SimNodeParams:
 
     # --- poses -----------------------------------------------------------------------------------------------------
     def start_pose(self) -> np.ndarray:
-        return parse_pose(self.start, "start")
+        from mnemo_mpc.sim.world import parse_pose
+
+        return parse_pose(self.start, "parameter start")
 
     def goal_pose(self) -> np.ndarray:
-        return parse_pose(self.goal, "goal")
+        from mnemo_mpc.sim.world import parse_pose
+
+        return parse_pose(self.goal, "parameter goal")
 
     def map_yaml_path(self) -> Path:
         """`map_yaml` as given, else relative to the shipped `sim/` data folder (`worlds/open_45.yaml`)."""
@@ -132,19 +134,4 @@ class SimNodeParams:
         return generate_world(self.world_seed, kind=self.world_kind or None)
 
 
-def parse_pose(value: Any, name: str) -> np.ndarray:
-    """x,y,yaw from a string "x,y,yaw" (brackets allowed) or a sequence of three numbers; InputError naming the
-    parameter otherwise."""
-    try:
-        items = value.strip().strip("[]()").split(",") if isinstance(value, str) else list(value)
-        if any(isinstance(v, bool) for v in items):
-            raise ValueError("booleans")
-        pose = np.array([float(v) for v in items], dtype=float)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"parameter {name}: expected x,y,yaw (three numbers), got {value!r}") from exc
-    if pose.shape != (3,) or not np.all(np.isfinite(pose)):
-        raise InputError(f"parameter {name}: expected three finite numbers x,y,yaw, got {value!r}")
-    return pose
-
-
-__all__ = ["SIM_NODE_NAME", "SimNodeParams", "parse_pose"]
+__all__ = ["SIM_NODE_NAME", "SimNodeParams"]

@@ -126,6 +126,21 @@ def ground_truth_grid(grid: OccupancyGrid, unknown_as: str = "occupied") -> Occu
     return OccupancyGrid(np.where(occ, OCCUPIED, FREE).astype(np.int8), grid.resolution, grid.origin)
 
 
+def parse_pose(value: str | list | tuple, name: str) -> np.ndarray:
+    """x,y,yaw from a string "x,y,yaw" (brackets allowed) or a sequence of three numbers, as users give a start or a
+    goal (`--start`, a scenarios file, a node parameter); InputError naming `name` otherwise."""
+    try:
+        items = value.strip().strip("[]()").split(",") if isinstance(value, str) else list(value)
+        if any(isinstance(v, bool) for v in items):
+            raise ValueError("booleans")
+        pose = np.array([float(v) for v in items], dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{name}: expected x,y,yaw (three finite numbers), got {value!r}") from exc
+    if pose.shape != (3,) or not np.all(np.isfinite(pose)):
+        raise InputError(f"{name}: expected x,y,yaw (three finite numbers), got {value!r}")
+    return pose
+
+
 def load_map_world(
     yaml_path: str | Path,
     start: np.ndarray,
@@ -182,5 +197,6 @@ __all__ = [
     "ground_truth_grid",
     "load_map_world",
     "merge_occupied_rectangles",
+    "parse_pose",
     "world_bounds",
 ]
