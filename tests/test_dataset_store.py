@@ -15,7 +15,11 @@ from mnemo_mpc.dataset.store import (
     TMP_DIR,
     WORLDS_DIR,
     DatasetStore,
+    StoreCorruptionError,
     WorldRecord,
+    _counts,
+    _seal_manifest,
+    verify_store,
     world_name,
     write_world,
 )
@@ -56,6 +60,24 @@ def synthetic_record(world_id: int, steps: int, status: str = "success", rng_see
         },
         info={"time_s": steps * 0.1},
     )
+
+
+def write_manifest(root, manifest, reseal=True):
+    """Write a hand-edited manifest; `reseal` recomputes its counts and seal as the store's writer would."""
+    manifest = json.loads(json.dumps(manifest))
+    if reseal:
+        try:
+            manifest["counts"] = _counts(manifest["worlds"])
+        except (KeyError, TypeError):  # an entry too broken to count; the entry check fires first anyway
+            pass
+        manifest["manifest_sha256"] = _seal_manifest(manifest)
+    (root / MANIFEST).write_text(json.dumps(manifest))
+
+
+def flip_bit(path, offset, bit=0):
+    data = bytearray(path.read_bytes())
+    data[offset % len(data)] ^= 1 << bit
+    path.write_bytes(bytes(data))
 
 
 def test_write_commit_and_loader_roundtrip(tmp_path):
@@ -181,13 +203,13 @@ def test_bad_stores_raise_clear_errors(tmp_path):
 
     ghost = dict(manifest)
     ghost["worlds"] = dict(manifest["worlds"], **{"7": dict(manifest["worlds"]["0"], world_id=7)})
-    (root / MANIFEST).write_text(json.dumps(ghost))
+    write_manifest(root, ghost)
     with pytest.raises(DatasetError, match="inconsistent store"):
         DatasetStore.open(root)
 
     wrong_steps = dict(manifest)
     wrong_steps["worlds"] = {"0": dict(manifest["worlds"]["0"], steps=4)}
-    (root / MANIFEST).write_text(json.dumps(wrong_steps))
+    write_manifest(root, wrong_steps)
     with pytest.raises(DatasetError, match="inconsistent world"):
         DatasetStore.open(root).open_world(0)
 
@@ -195,7 +217,7 @@ def test_bad_stores_raise_clear_errors(tmp_path):
     with pytest.raises(DatasetError, match="different config"):
         DatasetStore.create_or_resume(root, dict(CONFIG, seed=1))
     (root / WORLDS_DIR / world_name(0) / "zarr.json").write_text("garbage")
-    with pytest.raises(DatasetError, match="unreadable world group"):
+    with pytest.raises(DatasetError, match="world w000000, metadata zarr.json: group metadata is unreadable"):
         DatasetStore.open(root).open_world(0)
     other = tmp_path / "other"
     other.mkdir()
@@ -231,3 +253,144 @@ def test_optional_reference_field(tmp_path):
     bad.steps["reference"] = np.zeros((4, N, 2))
     with pytest.raises(DatasetError, match="reference"):
         write_world(tmp_path / "other", bad)
+
+
+def small_store(tmp_path, worlds=2, steps=6):
+    root = tmp_path / "ds"
+    store = DatasetStore.create_or_resume(root, CONFIG)
+    records = [synthetic_record(w, steps) for w in range(worlds)]
+    for rec in records:
+        store.record_world(write_world(root, rec))
+    return root, records
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda w: w["0"].pop("steps"), r"worlds\['0'\]: field 'steps' missing"),
+        (lambda w: w.update({"abc": w.pop("0")}), r"worlds\['abc'\]: world id must be"),
+        (lambda w: w["0"].update(steps=-1), r"worlds\['0'\]: field 'steps' is -1"),
+        (lambda w: w["0"].update(steps=True), r"field 'steps' is True"),
+        (lambda w: w["0"].update(expert_converged=99), r"field 'expert_converged' is 99"),
+        (lambda w: w["0"].update(seed="7"), r"field 'seed' is '7'"),
+        (lambda w: w["0"].update(status="lost"), r"field 'status' is 'lost'"),
+        (lambda w: w["0"].update(world_id=3), r"field 'world_id' is 3"),
+        (lambda w: w["0"].update(wall_time_s=float("nan")), r"field 'wall_time_s'"),
+        (lambda w: w["0"].pop("world_sha256"), r"field 'world_sha256' missing"),
+        (lambda w: w.update({"0": [1, 2]}), r"worlds\['0'\]: expected an object"),
+    ],
+)
+def test_manifest_entries_are_validated(tmp_path, edit, message):
+    root, _ = small_store(tmp_path, worlds=1)
+    manifest = json.loads((root / MANIFEST).read_text())
+    edit(manifest["worlds"])
+    write_manifest(root, manifest)
+    with pytest.raises(DatasetError, match=message):
+        DatasetStore.open(root)
+
+
+def test_manifest_seal_and_old_schema(tmp_path):
+    root, _ = small_store(tmp_path, worlds=1)
+    manifest = json.loads((root / MANIFEST).read_text())
+    edited = json.loads(json.dumps(manifest))
+    edited["worlds"]["0"]["seed"] += 1  # well-formed, but not what was written
+    write_manifest(root, edited, reseal=False)
+    with pytest.raises(DatasetError, match="fails its SHA-256 seal"):
+        DatasetStore.open(root)
+    write_manifest(root, dict(manifest, schema_version=1), reseal=False)
+    with pytest.raises(DatasetError, match="schema_version 1 is not supported.*re-collect"):
+        DatasetStore.open(root)
+    (root / MANIFEST).write_bytes(b"\xff\xfe{")
+    with pytest.raises(DatasetError, match="unreadable manifest"):
+        DatasetStore.open(root)
+
+
+def test_every_chunk_is_written_even_when_all_fill_value(tmp_path):
+    root = tmp_path / "ds"
+    store = DatasetStore.create_or_resume(root, CONFIG)
+    rec = synthetic_record(0, 1)  # step == [0], expert_success == [False]: equal to zarr's fill value
+    rec.steps["grid"][:] = 0
+    store.record_world(write_world(root, rec))
+    wdir = root / WORLDS_DIR / world_name(0)
+    for key in ("step/c/0", "expert_success/c/0", "grid/c/0/0/0"):
+        assert (wdir / key).is_file(), key
+    (wdir / "step" / "c" / "0").unlink()
+    with pytest.raises(StoreCorruptionError, match=r"world w000000, array 'step', chunk c/0: chunk is missing"):
+        DatasetStore.open(root).open_world(0)
+
+
+def test_missing_chunk_raises_never_fill_values(tmp_path):
+    root, records = small_store(tmp_path)
+    chunk = root / WORLDS_DIR / world_name(1) / "pose" / "c" / "0" / "0"
+    world = DatasetStore.open(root).open_world(1)  # opened while the chunk still exists
+    chunk.unlink()
+    with pytest.raises(StoreCorruptionError, match=r"world w000001, array 'pose', chunk c/0/0: chunk is missing"):
+        world["pose"][:]
+    with pytest.raises(StoreCorruptionError, match=r"array 'pose', chunk c/0/0: chunk is missing"):
+        DatasetStore.open(root).open_world(1)
+    ds = SQPStepDataset(root, split="all", only_converged=False)
+    assert ds[0]["world_id"] == 0  # the intact world still reads
+    with pytest.raises(DatasetError, match="w000001.*'pose'"):
+        ds.__getitems__([0, len(ds) - 1])
+    # Control: without the store's checks zarr hands out its fill value - exactly what the checks prevent.
+    unverified = SQPStepDataset(root, split="all", only_converged=False, verify=False)
+    assert np.all(unverified[len(unverified) - 1]["pose"].numpy() == 0)
+    assert not np.all(records[1].steps["pose"][-1] == 0)
+
+
+def test_bit_flips_name_the_chunk(tmp_path):
+    root, records = small_store(tmp_path, worlds=1)
+    wdir = root / WORLDS_DIR / world_name(0)
+    flip_bit(wdir / "grid" / "c" / "0" / "0" / "0", 3)  # inside the first inner chunk: step 0's grid
+    ds = SQPStepDataset(root, split="all", only_converged=False)
+    with pytest.raises(
+        StoreCorruptionError, match=r"array 'grid', chunk c/0/0/0 \(inner chunk of step row 0\): checksum"
+    ):
+        ds[0]
+    np.testing.assert_array_equal(ds[1]["grid"].numpy(), records[0].steps["grid"][1])  # other steps unaffected
+    flip_bit(wdir / "velocity" / "c" / "0" / "0", 5, bit=3)
+    with pytest.raises(StoreCorruptionError, match=r"array 'velocity', chunk c/0/0: checksum mismatch"):
+        SQPStepDataset(root, split="all", only_converged=False)[1]
+    flip_bit(wdir / "pose" / "zarr.json", 40)
+    with pytest.raises(StoreCorruptionError, match=r"array 'pose', metadata zarr.json: array metadata fails"):
+        DatasetStore.open(root).open_world(0)
+    flip_bit(wdir / "pose" / "zarr.json", 40)  # undo
+    text = (wdir / "zarr.json").read_text()
+    (wdir / "zarr.json").write_text(text.replace('"kind": "rooms"', '"kind": "rooma"'))
+    with pytest.raises(StoreCorruptionError, match=r"world w000000, metadata zarr.json: group metadata fails its SHA"):
+        DatasetStore.open(root).open_world(0)
+
+
+def test_verify_and_repair(tmp_path, capsys):
+    from mnemo_mpc.cli import main
+
+    root, _ = small_store(tmp_path, worlds=3)
+    assert verify_store(root).ok
+    assert main(["data", "verify", str(root), "--no-progress"]) == 0
+    capsys.readouterr()
+    flip_bit(root / WORLDS_DIR / world_name(1) / "expert_controls" / "c" / "0" / "0" / "0", 17)
+    report = verify_store(root)
+    assert report.bad_worlds == [1] and not report.ok
+    assert report.problems[0]["array"] == "expert_controls" and report.problems[0]["chunk"] == "c/0/0/0"
+    assert main(["data", "verify", str(root), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["bad_worlds"] == [1]
+    assert main(["data", "verify", str(root), "--repair", "--no-progress"]) == 1
+    out = capsys.readouterr().out
+    assert "w000001 array expert_controls chunk c/0/0/0: checksum mismatch" in out and "repaired" in out
+    assert DatasetStore.open(root).world_ids == [0, 2]
+    assert [p.name.split("-")[0] for p in (root / ".quarantine").iterdir()] == ["w000001"]
+    assert main(["data", "verify", str(root), "--no-progress"]) == 0
+    # A resumed collection sees world 1 as not committed, so it is collected again.
+    assert DatasetStore.create_or_resume(root, CONFIG).committed_world_ids() == {0, 2}
+    assert main(["data", "verify", str(tmp_path / "nope")]) == 2
+    assert "not a dataset store" in capsys.readouterr().err
+
+
+def test_stats_refuse_unverified_figures(tmp_path):
+    root, _ = small_store(tmp_path)
+    s = dataset_stats(root, verify=False)
+    assert s["verified"] is False and s["examples"] == 12
+    assert s["expert_iterations"] is None and s["grid_shapes"] is None
+    (root / WORLDS_DIR / world_name(0) / "mpc_time_s" / "c" / "0").unlink()
+    with pytest.raises(StoreCorruptionError, match="'mpc_time_s'"):
+        dataset_stats(root)

@@ -51,8 +51,14 @@ def test_unknown_and_mistyped_parameters_are_named(tmp_path):
     with pytest.raises(InputError, match="ros__parameters"):
         NavParams.from_yaml(bad)
     bad.write_text("mnemo_mpc_nav: [unclosed\n")
-    with pytest.raises(InputError, match="cannot read"):
+    with pytest.raises(InputError, match="parameter file is not valid YAML"):
         NavParams.from_yaml(bad)
+    # An alias bomb is refused at the first alias, not expanded.
+    bad.write_text("a: &a [x, x]\nb: &b [*a, *a]\nmnemo_mpc_nav: {ros__parameters: {dt: *b}}\n")
+    with pytest.raises(InputError, match="aliases"):
+        NavParams.from_yaml(bad)
+    with pytest.raises(InputError, match="must be a regular file"):
+        NavParams.from_yaml(tmp_path)
 
 
 def test_wildcard_and_named_entries_apply_the_named_one_wins(tmp_path):

@@ -4,6 +4,11 @@ Each benchmark is a module in `mnemo_mpc.bench` registered in `BENCHMARKS` with 
 `add_arguments(parser)` (its own flags), `config_from_args(args)` and `run(config) -> dict`, optionally
 `report(result) -> str` (what to print) and `after_run(result, args) -> [files]` (figures); this command adds the
 shared `--out`, runs it and writes the JSON atomically. Adding a benchmark = one module + one line here.
+
+Arguments are checked before the benchmark runs: a flag the module declares with `type=int` is a count (>= 1), except
+`--seed` (a seed, >= 0), and one with `type=float` a finite number > 0 (every such flag so far is a size, a count or
+a rate); a module that needs another range passes its own type function. `--out`, `--plot` (OUT.png by default) and
+`--model` are checked as files to write and to read.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+
+from mnemo_mpc.commands import _args
 
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "sqp": ("mnemo_mpc.bench.sqp", "SQP MPC iterations/time, cold vs shifted warm start, on a seeded problem suite"),
@@ -40,20 +47,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         # Flags are declared by the benchmark module; import it only when it is the chosen one would need lazy
         # argparse, so the modules keep `add_arguments` free of heavy imports instead.
         importlib.import_module(module_name).add_arguments(p)
+        _strict_numbers(p)
         p.set_defaults(func=handler, bench_module=module_name)
 
 
+def _strict_numbers(parser: argparse.ArgumentParser) -> None:
+    """Plain `int` / `float` flags -> counts, seeds and positive numbers (module docstring)."""
+    for action in parser._actions:
+        if action.type is int:
+            action.type = _args.seed if action.dest == "seed" else _args.count
+        elif action.type is float:
+            action.type = _args.positive_float
+
+
 def handler(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from mnemo_mpc.atomic import atomic_write_json
-    from mnemo_mpc.errors import InputError
 
+    out = _args.check_output_file(args.out, "--out")
+    if hasattr(args, "plot"):  # the figure after_run writes: --plot, or OUT.png beside the JSON
+        plot = _args.check_output_file(args.plot or out.with_suffix(".png"), "--plot")
+        _args.check_distinct({"--out": out, "--plot": plot})
+    if getattr(args, "model", None) is not None:
+        _args.check_input_file(args.model, "--model")
     module = importlib.import_module(args.bench_module)
     config = module.config_from_args(args)
-    out = Path(args.out)
-    if out.is_dir() or not out.parent.exists() and not _can_create(out.parent):
-        raise InputError(f"--out: cannot write {out} (a directory, or its folder cannot be created)")
     result = module.run(config, progress=not args.no_progress)
     atomic_write_json(out, result)
     report = getattr(module, "report", None)
@@ -61,11 +78,3 @@ def handler(args: argparse.Namespace) -> int:
     written = [str(out)] + (module.after_run(result, args) if hasattr(module, "after_run") else [])
     print("wrote " + ", ".join(written))
     return 0
-
-
-def _can_create(folder) -> bool:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return False
-    return True

@@ -6,7 +6,11 @@ import argparse
 import json
 from pathlib import Path
 
+from mnemo_mpc.commands import _args
 from mnemo_mpc.warmstart import MODES
+
+# Local worker processes are CPU-bound episodes; more than a few per CPU only adds memory and start-up time.
+MAX_LOCAL_WORKERS_PER_CPU = 4
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -14,12 +18,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "collect",
         help="drive an MPC agent through generated worlds and store every step's SQP solution (resumable)",
     )
-    p.add_argument("--worlds", type=int, required=True, help="number of worlds (ids 0..N-1)")
+    p.add_argument("--worlds", type=_args.count, required=True, help="number of worlds (ids 0..N-1)")
     p.add_argument("--out", required=True, help="dataset directory (created, or resumed if it exists)")
-    p.add_argument("--workers", type=int, default=1, help="local worker processes (default 1)")
+    p.add_argument("--workers", type=_args.count, default=1, help="local worker processes (default 1)")
     p.add_argument("--ray-address", default=None, help="run the tasks on Ray: a cluster address, or 'local'")
-    p.add_argument("--seed", type=int, default=0, help="base seed of the world generator (default 0)")
-    p.add_argument("--difficulty", type=float, default=None, help="world difficulty in [0, 1] (default: generator's)")
+    p.add_argument("--seed", type=_args.seed, default=0, help="base seed of the world generator (default 0)")
+    p.add_argument(
+        "--difficulty", type=_args.unit_interval, default=None, help="world difficulty in [0, 1] (default: generator's)"
+    )
     p.add_argument(
         "--warmstart",
         choices=MODES,
@@ -33,6 +39,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def handler(args: argparse.Namespace) -> int:
     import dataclasses
+    import importlib.util
+    import os
+
+    from mnemo_mpc.dataset.collect import MAX_WORLDS_PER_SEED
+    from mnemo_mpc.errors import InputError
+
+    # Checked before the store is created or opened: a user error leaves no dataset folder behind.
+    if args.worlds > MAX_WORLDS_PER_SEED:
+        raise InputError(f"--worlds: expected 1..{MAX_WORLDS_PER_SEED}, got {args.worlds}")
+    if args.ray_address is None and args.workers > MAX_LOCAL_WORKERS_PER_CPU * (os.cpu_count() or 1):
+        raise InputError(
+            f"--workers: expected at most {MAX_LOCAL_WORKERS_PER_CPU} local processes per CPU "
+            f"({MAX_LOCAL_WORKERS_PER_CPU * (os.cpu_count() or 1)} here), got {args.workers}"
+        )
+    if args.ray_address is not None and importlib.util.find_spec("ray") is None:
+        raise InputError("--ray-address: Ray is not installed (pip install 'mnemo_mpc[ray]')")
+    _args.check_output_dir(args.out, "--out")
+    _args.check_warmstart(args)
+    if args.warmstart in ("learned", "hybrid") and args.model is None:
+        raise InputError(f"--warmstart {args.warmstart}: needs --model FILE.onnx")
 
     from mnemo_mpc.dataset.collect import CollectConfig, collect
     from mnemo_mpc.dataset.stats import world_throughput
@@ -45,6 +71,12 @@ def handler(args: argparse.Namespace) -> int:
     config = CollectConfig(
         seed=args.seed, world=world, controller=ControllerConfig(warm_start=args.warmstart), model=model
     )
+    if model is not None:
+        # Load the model once here: a file that is not a warm-start model for this robot is one error line now,
+        # not an "error" status recorded for every world by the workers.
+        from mnemo_mpc.warmstart.runtime import WarmStartModel
+
+        WarmStartModel(model, config.robot, config.mpc.N, config.mpc.dt)
     summary = collect(
         args.out,
         args.worlds,

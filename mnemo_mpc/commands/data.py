@@ -1,25 +1,74 @@
-"""`mnemo-mpc data stats DIR [--json]`: summarise an SQP dataset store."""
+"""`mnemo-mpc data stats|verify DIR`: summarise an SQP dataset store, or check every byte of it.
+
+`verify` exits 0 when the store is intact, 1 when it found damage (one line per problem: world, array, chunk,
+reason), 2 on a usage error or when DIR is not a store. `--repair` moves the damaged worlds to `DIR/.quarantine/` and
+drops them from the manifest, so the next `mnemo-mpc collect` with the same arguments re-collects them.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("data", help="inspect an SQP dataset store")
+    p = subparsers.add_parser("data", help="inspect or verify an SQP dataset store")
     sub = p.add_subparsers(dest="data_command", metavar="ACTION", required=True)
-    s = sub.add_parser("stats", help="counts, episode outcomes and solver statistics of a store")
+    s = sub.add_parser("stats", help="counts, episode outcomes and solver statistics of a store (verified reads)")
     s.add_argument("dir", help="dataset directory written by `mnemo-mpc collect`")
     s.add_argument("--json", action="store_true", help="print the full summary as JSON")
-    s.add_argument("--no-verify", action="store_true", help="skip opening every world to check it")
+    s.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="read only the (sealed) manifest: counts, no per-step statistics",
+    )
     s.set_defaults(func=handler)
+    v = sub.add_parser("verify", help="decode every array of every world; report (and --repair) damaged worlds")
+    v.add_argument("dir", help="dataset directory written by `mnemo-mpc collect`")
+    v.add_argument(
+        "--repair",
+        action="store_true",
+        help="move damaged worlds to DIR/.quarantine/ and drop them from the manifest (collect re-collects them)",
+    )
+    v.add_argument("--json", action="store_true", help="print the report as JSON")
+    v.add_argument("--no-progress", action="store_true", help="no progress bar")
+    v.set_defaults(func=verify_handler)
+
+
+def verify_handler(args: argparse.Namespace) -> int:
+    from mnemo_mpc.dataset.store import iter_problems, verify_store
+
+    report = verify_store(args.dir, repair=args.repair, progress=not args.no_progress and not args.json)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+        return 0 if report.ok else 1
+    for line in iter_problems(report):
+        print(line)
+    bad = len(report.bad_worlds)
+    print(f"checked {report.worlds_checked} worlds: {bad} damaged, {len(report.problems)} problem(s)")
+    if report.repaired:
+        print(
+            f"repaired: moved {len(report.repaired)} world(s) to {report.quarantine} and dropped them from the "
+            f"manifest; `mnemo-mpc collect` with the same arguments re-collects them"
+        )
+    elif args.repair and not report.manifest_ok:
+        print(
+            "not repaired: the manifest itself is damaged (it holds the collection config); restore it or re-collect",
+            file=sys.stderr,
+        )
+    return 0 if report.ok else 1
 
 
 def handler(args: argparse.Namespace) -> int:
     from mnemo_mpc.dataset.stats import dataset_stats
+    from mnemo_mpc.dataset.store import StoreCorruptionError
+    from mnemo_mpc.errors import DatasetError
 
-    stats = dataset_stats(args.dir, verify=not args.no_verify)
+    try:
+        stats = dataset_stats(args.dir, verify=not args.no_verify)
+    except StoreCorruptionError as exc:
+        raise DatasetError(f"{exc} (`mnemo-mpc data verify {args.dir} --repair` quarantines damaged worlds)") from exc
     if args.json:
         print(json.dumps(stats, indent=2))
         return 0
@@ -28,10 +77,13 @@ def handler(args: argparse.Namespace) -> int:
     print(f"worlds           {stats['worlds']}  by outcome {stats['worlds_by_status']}")
     print(f"examples         {stats['examples']} ({stats['examples_expert_converged']} with a converged expert)")
     print(f"steps per world  {stats['steps_per_world']}")
+    print(f"throughput       {stats['throughput']}")
+    if not stats["verified"]:
+        print("per-step stats   not computed (--no-verify reads only the manifest)")
+        return 0
     print(f"grid shapes      {stats['grid_shapes']}   horizons N {stats['horizons']}")
     print(f"expert iters     {stats['expert_iterations']}")
     print(f"expert time ms   {stats['expert_time_ms']}")
     print(f"mpc iters        {stats['mpc_iterations']}")
     print(f"mpc time ms      {stats['mpc_time_ms']}")
-    print(f"throughput       {stats['throughput']}")
     return 0

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import argparse
 
+from mnemo_mpc.commands import _args
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "dds-loop", help="time to goal: simulator node + planner node over DDS beside `mnemo-mpc demo`"
     )
-    p.add_argument("--seeds", type=int, nargs="+", default=[45, 19, 7], help="world seeds (default 45 19 7)")
-    p.add_argument("--rtf", type=float, nargs="+", default=[1.0], help="simulator real-time factors (default 1)")
-    p.add_argument("--repeats", type=int, default=1, help="DDS runs per world and real-time factor (default 1)")
+    p.add_argument("--seeds", type=_args.seed, nargs="+", default=[45, 19, 7], help="world seeds (default 45 19 7)")
+    p.add_argument(
+        "--rtf", type=_args.positive_float, nargs="+", default=[1.0], help="simulator real-time factors (default 1)"
+    )
+    p.add_argument("--repeats", type=_args.count, default=1, help="DDS runs per world and real-time factor (default 1)")
     p.add_argument("--work", default="out/dds_loop", help="folder for the runs' logs and demo outputs")
     p.add_argument("--out", required=True, help="result JSON (a PNG is written beside it)")
     p.set_defaults(func=handler)
@@ -50,18 +54,24 @@ def _demo(seed: int, out: str) -> dict:
 
 
 def handler(args: argparse.Namespace) -> int:
+    import importlib.util
     import os
     import platform
-    from pathlib import Path
+
+    from mnemo_mpc.errors import InputError
+
+    # Checked before the first demo runs: the DDS half needs rclpy, and both outputs must be writable.
+    out = _args.check_output_file(args.out, "--out")
+    png = _args.check_output_file(out.with_suffix(".png"), "--out (its PNG)")
+    _args.check_distinct({"--out": out, "--out (its PNG)": png})
+    work = _args.check_output_dir(args.work, "--work")
+    if importlib.util.find_spec("rclpy") is None:
+        raise InputError("dds-loop: needs rclpy (pip install 'mnemo_mpc[ros]' or source a ROS 2 install)")
 
     from mnemo_mpc import __version__
     from mnemo_mpc.atomic import atomic_write_json
-    from mnemo_mpc.errors import InputError
     from mnemo_mpc.ros.sim_launch import run_closed_loop
 
-    if args.repeats < 1 or any(r <= 0 for r in args.rtf):
-        raise InputError(f"--repeats >= 1 and --rtf > 0 expected, got {args.repeats}, {args.rtf}")
-    work = Path(args.work)
     load_before = os.getloadavg()
     rows = []
     for seed in args.seeds:
@@ -120,9 +130,9 @@ def handler(args: argparse.Namespace) -> int:
         },
         "worlds": rows,
     }
-    atomic_write_json(args.out, payload)
-    _plot(rows, Path(args.out).with_suffix(".png"))
-    print(f"wrote {args.out} and {Path(args.out).with_suffix('.png')}")
+    atomic_write_json(out, payload)
+    _plot(rows, png)
+    print(f"wrote {out} and {png}")
     return 0 if all(r["demo"]["success"] and all(d["success"] for d in r["dds"]) for r in rows) else 1
 
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 
+from mnemo_mpc.commands import _args
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "demo", help="one simulated navigation episode: per-step log, episode.json, trajectory.png"
     )
-    p.add_argument("--seed", type=int, default=7, help="world seed (default 7)")
+    p.add_argument("--seed", type=_args.seed, default=7, help="world seed (default 7)")
     p.add_argument("--kind", default=None, help="world kind (rooms, corridor, doors, clutter, open, mixed)")
     p.add_argument("--out", default="out/demo", help="output directory (default out/demo)")
     p.add_argument("--quiet", action="store_true", help="summary only, no per-step lines")
@@ -25,16 +27,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def handler(args: argparse.Namespace) -> int:
     import dataclasses
-    from pathlib import Path
+
+    from mnemo_mpc.errors import InputError
+    from mnemo_mpc.planning.worlds import KINDS, generate_world
+
+    # Every argument is checked before the simulator and the solver are loaded.
+    out = _args.check_output_dir(args.out, "--out")
+    _args.check_warmstart(args)
+    if args.kind is not None and args.kind not in KINDS:
+        raise InputError(f"--kind: expected one of {', '.join(KINDS)}, got {args.kind!r}")
 
     from mnemo_mpc import __version__
     from mnemo_mpc.atomic import atomic_write_json
     from mnemo_mpc.commands.eval import warmstart_controller
-    from mnemo_mpc.planning.worlds import generate_world
     from mnemo_mpc.sim.episode import EpisodeConfig, run_episode
     from mnemo_mpc.sim.plot import plot_episode
 
-    out = Path(args.out)
     world = generate_world(args.seed, kind=args.kind)
     controller = warmstart_controller(args)
     cfg = EpisodeConfig()

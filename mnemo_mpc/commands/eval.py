@@ -11,21 +11,29 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from mnemo_mpc.commands import _args
 from mnemo_mpc.errors import InputError
 from mnemo_mpc.warmstart import MODES
+
+# Keys of one scenario: the required ones, then the optional ones ("name" and "source" describe it for people).
+SCENARIO_KEYS = ("map", "start", "goal")
+SCENARIO_OPTIONAL_KEYS = ("goal_tolerance_m", "time_limit_s", "name", "source")
+MAX_SCENARIOS_BYTES = 16 << 20  # a scenarios file lists maps by path; megabytes of JSON are not one
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("eval", help="closed-loop evaluation over generated worlds, a map, or a scenarios file")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--worlds", type=int, help="number of generated worlds, seeds S..S+N-1")
+    src.add_argument("--worlds", type=_args.count, help="number of generated worlds, seeds S..S+N-1")
     src.add_argument("--map", help="ROS map_server YAML (with --start and --goal)")
     src.add_argument("--scenarios", help="JSON list of {map, start, goal, goal_tolerance_m, time_limit_s}")
-    p.add_argument("--seed", type=int, default=1000, help="first world seed with --worlds (default 1000)")
-    p.add_argument("--start", help="x,y,yaw with --map")
-    p.add_argument("--goal", help="x,y,yaw with --map")
-    p.add_argument("--goal-tolerance", type=float, default=0.25, help="metres (default 0.25)")
-    p.add_argument("--time-limit", type=float, default=None, help="seconds per episode (default: from path length)")
+    p.add_argument("--seed", type=_args.seed, default=1000, help="first world seed with --worlds (default 1000)")
+    p.add_argument("--start", type=_args.pose, help="x,y,yaw with --map")
+    p.add_argument("--goal", type=_args.pose, help="x,y,yaw with --map")
+    p.add_argument("--goal-tolerance", type=_args.distance_m, default=0.25, help="metres (default 0.25)")
+    p.add_argument(
+        "--time-limit", type=_args.duration_s, default=None, help="seconds per episode (default: from path length)"
+    )
     add_warmstart_arguments(p)
     p.add_argument("--out", required=True, help="result JSON")
     p.add_argument("--no-progress", action="store_true")
@@ -55,44 +63,58 @@ def warmstart_controller(args: argparse.Namespace, robot: Any = None, mpc_config
     return Controller(robot, mpc_config, ControllerConfig(warm_start=mode, **config), provider)
 
 
-def _pose(text: str | list | None, name: str) -> list[float]:
-    from mnemo_mpc.sim.world import parse_pose
-
-    if text is None:
+def _pose(value: Any, name: str) -> list[float]:
+    if value is None:
         raise InputError(f"{name}: required with --map (x,y,yaw)")
-    return parse_pose(text, name).tolist()
+    return _args.parse_pose(value, name)
 
 
 def _map_file(path: Path, name: str) -> Path:
-    if not path.is_file():
-        raise InputError(f"{name}: map file not found: {path}")
-    return path
+    return _args.check_input_file(path, name, what="map file")
 
 
 def load_scenarios(path: str | Path) -> list[dict[str, Any]]:
-    """Parse and check a scenarios file; map paths are resolved relative to it."""
+    """Parse and check a scenarios file, every field of every scenario, before any episode runs: a wrong value is an
+    InputError naming the file, the scenario's index and the field. Map paths are resolved relative to the file."""
     import json
 
-    path = Path(path)
+    path = _args.check_input_file(path, "--scenarios")
+    if path.stat().st_size > MAX_SCENARIOS_BYTES:
+        raise InputError(f"--scenarios: {path} is larger than {MAX_SCENARIOS_BYTES >> 20} MiB; not a scenarios file")
     try:
-        items = json.loads(path.read_text())
+        items = json.loads(path.read_bytes().decode("utf-8"))
     except OSError as exc:
         raise InputError(f"--scenarios: cannot read {path} ({exc})") from exc
-    except ValueError as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise InputError(f"--scenarios: {path} is not valid JSON ({exc})") from exc
     if not isinstance(items, list) or not items:
         raise InputError(f"--scenarios: {path} must hold a non-empty JSON list of scenarios")
     out = []
     for i, item in enumerate(items):
-        if not isinstance(item, dict) or not {"map", "start", "goal"} <= set(item):
-            raise InputError(f"--scenarios: {path} item {i}: expected an object with map, start and goal")
+        where = f"--scenarios: {path} item {i}"
+        if not isinstance(item, dict) or not set(SCENARIO_KEYS) <= set(item):
+            raise InputError(f"{where}: expected an object with map, start and goal")
+        unknown = sorted(set(item) - set(SCENARIO_KEYS) - set(SCENARIO_OPTIONAL_KEYS))
+        if unknown:
+            allowed = ", ".join(SCENARIO_KEYS + SCENARIO_OPTIONAL_KEYS)
+            raise InputError(f"{where}: unknown field(s) {', '.join(map(repr, unknown))}; expected {allowed}")
+        if not isinstance(item["map"], str) or not item["map"]:
+            raise InputError(f"{where} map: expected a map YAML path (a string), got {item['map']!r}")
+        for key in ("name", "source"):
+            if key in item and not isinstance(item[key], str):
+                raise InputError(f"{where} {key}: expected a string, got {item[key]!r}")
+        tolerance, time_limit = item.get("goal_tolerance_m"), item.get("time_limit_s")
         out.append(
             {
-                "map": _map_file(path.parent / item["map"], f"{path} item {i} map"),
-                "start": _pose(item["start"], f"{path} item {i} start"),
-                "goal": _pose(item["goal"], f"{path} item {i} goal"),
-                "goal_tolerance_m": item.get("goal_tolerance_m"),
-                "time_limit_s": item.get("time_limit_s"),
+                "map": _map_file(path.parent / item["map"], f"{where} map"),
+                "start": _pose(item["start"], f"{where} start"),
+                "goal": _pose(item["goal"], f"{where} goal"),
+                "goal_tolerance_m": None
+                if tolerance is None
+                else _args.number(tolerance, f"{where} goal_tolerance_m", low=0, high=_args.MAX_COORDINATE_M),
+                "time_limit_s": None
+                if time_limit is None
+                else _args.number(time_limit, f"{where} time_limit_s", low=0, high=_args.MAX_TIME_S),
             }
         )
     return out
@@ -100,6 +122,25 @@ def load_scenarios(path: str | Path) -> list[dict[str, Any]]:
 
 def handler(args: argparse.Namespace) -> int:
     import dataclasses
+
+    # Every argument and file is checked before the simulator and the solver are loaded.
+    _args.check_output_file(args.out, "--out")
+    _args.check_warmstart(args)
+    if args.map is None and (args.start is not None or args.goal is not None):
+        raise InputError(f"{'--start' if args.start is not None else '--goal'}: only with --map")
+    scen: list[dict[str, Any]] = []
+    if args.map is not None:
+        scen = [
+            {
+                "map": _map_file(Path(args.map), "--map"),
+                "start": _pose(args.start, "--start"),
+                "goal": _pose(args.goal, "--goal"),
+                "goal_tolerance_m": None,
+                "time_limit_s": None,
+            }
+        ]
+    elif args.scenarios is not None:
+        scen = load_scenarios(args.scenarios)
 
     import numpy as np
     from tqdm import tqdm
@@ -112,8 +153,6 @@ def handler(args: argparse.Namespace) -> int:
     # Each job: (label, make_world callable, goal tolerance, time limit).
     jobs: list[tuple[str, Any, float, float | None]] = []
     if args.worlds is not None:
-        if args.worlds < 1:
-            raise InputError(f"--worlds: expected >= 1, got {args.worlds}")
         from mnemo_mpc.planning.worlds import generate_world
 
         for seed in range(args.seed, args.seed + args.worlds):
@@ -121,18 +160,6 @@ def handler(args: argparse.Namespace) -> int:
     else:
         from mnemo_mpc.sim.world import load_map_world
 
-        if args.map is not None:
-            scen = [
-                {
-                    "map": _map_file(Path(args.map), "--map"),
-                    "start": _pose(args.start, "--start"),
-                    "goal": _pose(args.goal, "--goal"),
-                    "goal_tolerance_m": None,
-                    "time_limit_s": None,
-                }
-            ]
-        else:
-            scen = load_scenarios(args.scenarios)
         for sc in scen:
             jobs.append(
                 (

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from mnemo_mpc.commands import _args
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("export", help="export a trained warm-start model to ONNX (dynamic batch, metadata)")
@@ -15,6 +17,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def handler(args: argparse.Namespace) -> int:
     import json
+
+    _args.check_input_dir(args.run_dir, "run_dir")
+    _args.check_output_file(args.out, "--out")
 
     from mnemo_mpc.warmstart.export import export
 

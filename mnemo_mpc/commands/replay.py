@@ -6,6 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
+from mnemo_mpc.commands import _args
+from mnemo_mpc.errors import InputError
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("replay", help="run the local planner over a recorded rosbag2 (no ROS needed)")
@@ -18,6 +21,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mnemo_mpc.ros.replay import check_bag_metadata
+
+    check_bag_metadata(args.bag)  # names the bag: missing, not a rosbag2 folder, unreadable metadata
+    _args.check_output_dir(args.out, "--out", new=True)
+    partial = args.out.with_name(args.out.name + ".partial")
+    if partial.exists():
+        raise InputError(f"--out: {partial} is left from an interrupted replay; remove it first")
+    if args.params is not None:
+        _args.check_input_file(args.params, "--params")
+    if args.json is not None:
+        _args.check_output_file(args.json, "--json")
+    from rosbags.typesys import Stores
+
+    if args.distro not in Stores.__members__:
+        raise InputError(f"--distro: expected one of {', '.join(Stores.__members__)}, got {args.distro!r}")
+
     from mnemo_mpc.atomic import atomic_write_json
     from mnemo_mpc.ros.params import NavParams
     from mnemo_mpc.ros.replay import replay_bag

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from mnemo_mpc.commands import _args
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("runs", help="compare warm-start training runs (learning curve, ablations)")
@@ -15,6 +17,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def handler(args: argparse.Namespace) -> int:
     from pathlib import Path
+
+    for run_dir in args.run_dirs:
+        _args.check_input_dir(run_dir, "run_dir")
+    out = _args.check_output_file(args.out, "--out")
+    png = _args.check_output_file(args.png, "--png") if args.png else None
+    _args.check_distinct({"--out": out, "--png": png})
 
     from mnemo_mpc.atomic import atomic_write_json
     from mnemo_mpc.warmstart.compare import compare, plot

@@ -8,34 +8,40 @@ from __future__ import annotations
 
 import argparse
 
+from mnemo_mpc.commands import _args
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("train", help="train the warm-start ViT on a collected store (resumable)")
     p.add_argument("--data", required=True, help="store written by `mnemo-mpc collect`")
     p.add_argument("--out", required=True, help="run directory (checkpoints, history, loss curve)")
-    p.add_argument("--epochs", type=int, default=30)
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--weight-decay", type=float, default=1e-4)
-    p.add_argument("--state-weight", type=float, default=1.0, help="weight of the rolled-out position error")
-    p.add_argument("--no-augment", action="store_true", help="no left-right mirror augmentation")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-train-worlds", type=int, default=None, help="train on a nested subset (learning curves)")
+    p.add_argument("--epochs", type=_args.count, default=30)
+    p.add_argument("--batch-size", type=_args.count, default=256)
+    p.add_argument("--lr", type=_args.positive_float, default=1e-3)
+    p.add_argument("--weight-decay", type=_args.nonnegative_float, default=1e-4)
     p.add_argument(
-        "--epoch-examples", type=int, default=None, help="examples per epoch (default: the whole training set)"
+        "--state-weight", type=_args.nonnegative_float, default=1.0, help="weight of the rolled-out position error"
+    )
+    p.add_argument("--no-augment", action="store_true", help="no left-right mirror augmentation")
+    p.add_argument("--seed", type=_args.seed, default=0)
+    p.add_argument(
+        "--max-train-worlds", type=_args.count, default=None, help="train on a nested subset (learning curves)"
+    )
+    p.add_argument(
+        "--epoch-examples", type=_args.count, default=None, help="examples per epoch (default: the whole training set)"
     )
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:i")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
-    p.add_argument("--input-workers", type=int, default=1, help="processes that build the input cache")
+    p.add_argument("--threads", type=_args.count, default=None, help="torch intra-op threads")
+    p.add_argument("--input-workers", type=_args.count, default=1, help="processes that build the input cache")
     g = p.add_argument_group("model (defaults: the paper's 5x5 patches, 3 layers of width 64)")
     g.add_argument("--attention", default="favor_plus", help="favor_plus, hyperbolic, favor_plus_plus or softmax")
-    g.add_argument("--num-features", type=int, default=16, help="random features r per head")
-    g.add_argument("--width", type=int, default=64)
-    g.add_argument("--depth", type=int, default=3)
-    g.add_argument("--heads", type=int, default=1)
-    g.add_argument("--patch", type=int, default=5)
-    g.add_argument("--crop", type=int, default=40, help="cells per side of the robot-frame crop")
-    g.add_argument("--crop-resolution", type=float, default=0.1, help="metres per crop cell")
+    g.add_argument("--num-features", type=_args.count, default=16, help="random features r per head")
+    g.add_argument("--width", type=_args.count, default=64)
+    g.add_argument("--depth", type=_args.count, default=3)
+    g.add_argument("--heads", type=_args.count, default=1)
+    g.add_argument("--patch", type=_args.count, default=5)
+    g.add_argument("--crop", type=_args.count, default=40, help="cells per side of the robot-frame crop")
+    g.add_argument("--crop-resolution", type=_args.positive_float, default=0.1, help="metres per crop cell")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=handler)
 
@@ -73,9 +79,15 @@ def config_from_args(args: argparse.Namespace):  # noqa: ANN201 (TrainConfig, im
 
 
 def handler(args: argparse.Namespace) -> int:
+    # Paths and device first (no torch import for a typo), then the configs; nothing is written before both pass.
+    _args.check_input_dir(args.data, "--data")
+    _args.check_output_dir(args.out, "--out")
+    _args.check_device(args.device, auto=True)
+    config = config_from_args(args)  # the configs' own checks (crop a multiple of the patch, ...)
+
     from mnemo_mpc.warmstart.train import train
 
-    result = train(config_from_args(args), args.out, progress=not args.no_progress)
+    result = train(config, args.out, progress=not args.no_progress)
     h = result["history"]
     if h is not None:
         print(

@@ -5,6 +5,10 @@ not converge, the small per-world `expert_success` arrays); grids - 14 KB of the
 from disk per item or batch (one concurrent round trip per batch), while each world's small per-step vectors (pose,
 goal, expert trajectory: ~1 KB per example) are cached after first use (`cache_worlds` bounds that cache), so
 the store is never loaded into RAM. The split is by world, so a validation example never comes from a training world.
+
+Every read is verified (`dataset.store`: chunk presence and CRC32C, metadata seals, and the decoded digest of each
+world's small arrays when they are first loaded): a damaged store raises `DatasetError` naming the world, array and
+chunk, never returns fill values. `verify=False` exists only to measure what that costs.
 """
 
 from __future__ import annotations
@@ -58,7 +62,8 @@ class SQPStepDataset(_TorchDataset):
 
     `only_converged` keeps the steps whose expert solve converged (the imitation targets of §5.2); `statuses`
     optionally restricts to worlds with given episode outcomes. Items are dicts of numpy-backed torch tensors plus
-    `world_id`, `seed` and `step`.
+    `world_id`, `seed` and `step`. `verify=False` skips the store's read-side checks (seals, chunk presence,
+    digests; zarr still checks chunk CRCs) and exists only to measure their cost.
     """
 
     def __init__(
@@ -71,8 +76,9 @@ class SQPStepDataset(_TorchDataset):
         statuses: Sequence[str] | None = None,
         fields: Sequence[str] = DEFAULT_FIELDS,
         cache_worlds: int | None = None,
+        verify: bool = True,
     ) -> None:
-        self.store = DatasetStore.open(root)
+        self.store = DatasetStore.open(root, verify=verify)
         if split not in ("train", "val", "all"):
             raise DatasetError(f"split: expected 'train', 'val' or 'all', got {split!r}")
         ids = [
@@ -140,7 +146,8 @@ class SQPStepDataset(_TorchDataset):
                     f"{self.store.root}: world {w} has no field(s) {absent} (collected by an older version)"
                 )
         keys = [(w, f) for w in wids for f in names]
-        values = _gather([self._group(w)[f].async_array.getitem(slice(None)) for w, f in keys])
+        readers = [self._group(w)[f] for w, f in keys]  # opened (and checked) before any read starts
+        values = _gather([r.aget(slice(None)) for r in readers])
         for w in wids:
             self._small[w] = {}
         for (w, f), v in zip(keys, values, strict=True):
@@ -187,12 +194,8 @@ class SQPStepDataset(_TorchDataset):
         grids: list[Any] = [None] * len(idx)
         if "grid" in self.fields:
             # One integer read per item, all in one concurrent round trip (orthogonal selections are slower in zarr).
-            grids = _gather(
-                [
-                    self._group(int(w))["grid"].async_array.getitem(int(r))
-                    for w, r in zip(worlds, self._row[idx], strict=True)
-                ]
-            )
+            readers = {w: self._group(w)["grid"] for w in uniq_worlds}  # opened before any read starts
+            grids = _gather([readers[int(w)].aget(int(r)) for w, r in zip(worlds, self._row[idx], strict=True)])
         for p, (w, r) in enumerate(zip(worlds, self._row[idx], strict=True)):
             out[p] = self._item(int(w), int(r), None if grids[p] is None else np.asarray(grids[p]))
         return out  # type: ignore[return-value]
@@ -205,6 +208,11 @@ def _gather(coros: list[Any]) -> list[Any]:
     from zarr.core.sync import sync
 
     async def run() -> list[Any]:
-        return list(await asyncio.gather(*coros))
+        # Wait for every read (none left running behind an error), then raise the first failure.
+        return list(await asyncio.gather(*coros, return_exceptions=True))
 
-    return sync(run())
+    results = sync(run())
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return results

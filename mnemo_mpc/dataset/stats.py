@@ -58,7 +58,11 @@ def world_throughput(store: DatasetStore, paper_worlds: int = 2787, cores: int =
 def dataset_stats(root: str | os.PathLike[str], verify: bool = True) -> dict[str, Any]:
     """Counts, episode outcomes, per-step solver statistics (expert and closed-loop MPC) and disk size.
 
-    With `verify`, every world is opened and checked against the manifest (raises `DatasetError` on damage).
+    Every figure comes from verified data: the manifest is validated and sealed (`DatasetStore.open`), opening a
+    world checks its metadata and the presence of every chunk, and the per-step arrays summarised here are read
+    whole, so their chunk CRCs and decoded digests are checked (`DatasetError` naming world, array and chunk on
+    damage). The grid's contents are not read here; `verify_store` (`mnemo-mpc data verify`) decodes everything.
+    With `verify=False` only the manifest is read: the per-step statistics are then None, never guessed.
     """
     store = DatasetStore.open(root)
     cols: dict[str, list[np.ndarray]] = {
@@ -70,7 +74,7 @@ def dataset_stats(root: str | os.PathLike[str], verify: bool = True) -> dict[str
     for wid in store.world_ids:
         entry = store.world_entry(wid)
         steps_per_world.append(entry["steps"])
-        if not verify and entry["steps"] == 0:
+        if not verify:
             continue
         g = store.open_world(wid)
         if entry["steps"] == 0:
@@ -83,21 +87,27 @@ def dataset_stats(root: str | os.PathLike[str], verify: bool = True) -> dict[str
     ok = cat["expert_success"].astype(bool)
     counts = store.manifest["counts"]
     spw = np.asarray(steps_per_world, dtype=float)
-    return {
-        "root": str(Path(root).resolve()),
-        "schema_version": store.manifest["schema_version"],
-        "package_version": store.manifest.get("package_version"),
-        "worlds": counts["worlds"],
-        "worlds_by_status": counts["worlds_by_status"],
-        "examples": counts["examples"],
-        "examples_expert_converged": counts["examples_expert_converged"],
-        "steps_per_world": _pct(spw, 1),
+    per_step: dict[str, Any] = {
         "grid_shapes": sorted(list(s) for s in grid_shapes),
         "horizons": sorted(horizons),
         "expert_iterations": _pct(cat["expert_iterations"][ok].astype(float), 3),
         "expert_time_ms": _pct(cat["expert_time_s"][ok] * 1e3, 3),
         "mpc_iterations": _pct(cat["mpc_iterations"].astype(float), 3),
         "mpc_time_ms": _pct(cat["mpc_time_s"] * 1e3, 3),
+    }
+    if not verify:
+        per_step = dict.fromkeys(per_step)
+    return {
+        "root": str(Path(root).resolve()),
+        "schema_version": store.manifest["schema_version"],
+        "package_version": store.manifest.get("package_version"),
+        "verified": bool(verify),
+        "worlds": counts["worlds"],
+        "worlds_by_status": counts["worlds_by_status"],
+        "examples": counts["examples"],
+        "examples_expert_converged": counts["examples_expert_converged"],
+        "steps_per_world": _pct(spw, 1),
+        **per_step,
         "disk_bytes": _disk_bytes(Path(root)),
         "throughput": world_throughput(store),
         "config": store.manifest["config"],

@@ -1,20 +1,26 @@
 """`python -m mnemo_mpc.experiments list | run NAME|all [--quick|--full] [--seeds K] [--device D] [--out DIR] |
-report [--out DIR]`."""
+report [--out DIR]`.
+
+As `mnemo-mpc`: arguments are checked before any study runs, and a user error is one line
+(`python -m mnemo_mpc.experiments CMD: error: ...`) with exit status 2.
+"""
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 import time
 from pathlib import Path
 
-from mnemo_mpc.errors import MnemoError
+from mnemo_mpc.commands import _args
+from mnemo_mpc.errors import InputError, MnemoError
 from mnemo_mpc.experiments import STUDIES, available, get_study
+
+PROG = "python -m mnemo_mpc.experiments"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mnemo_mpc.experiments", description=__doc__)
+    parser = _args.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("list", help="registered studies")
     run = sub.add_parser("run", help="run one study, or all")
@@ -22,12 +28,15 @@ def main(argv: list[str] | None = None) -> int:
     mode = run.add_mutually_exclusive_group()
     mode.add_argument("--quick", dest="mode", action="store_const", const="quick", help="CI-sized (default)")
     mode.add_argument("--full", dest="mode", action="store_const", const="full", help="the paper's protocol")
-    run.add_argument("--seeds", type=int, default=None, help="number of seeds (default: the config's)")
+    run.add_argument("--seeds", type=_args.count, default=None, help="number of seeds (default: the config's)")
     run.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda")
     run.add_argument("--out", type=Path, default=Path("out/experiments"))
     rep = sub.add_parser("report", help="collect all results into REPORT.md")
     rep.add_argument("--out", type=Path, default=Path("out/experiments"))
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error already printed as one line
+        return 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 2
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
     from mnemo_mpc.experiments.runner import run_study, write_report
@@ -41,12 +50,17 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name:16s} {title}")
             return 0
         if args.cmd == "report":
+            _args.check_input_dir(args.out, "--out")
+            _args.check_output_file(args.out / "REPORT.md", "--out")
             print(write_report(args.out))
             return 0
+        # Everything a run needs is checked before the first study starts.
+        if args.name != "all" and args.name not in STUDIES:
+            raise InputError(f"NAME: unknown study {args.name!r}; expected 'all' or one of: {', '.join(STUDIES)}")
         names = available() if args.name == "all" else [args.name]
         mode_ = args.mode or "quick"
-        if args.seeds is not None and args.seeds < 1:
-            raise MnemoError(f"--seeds must be >= 1, got {args.seeds}")
+        _args.check_output_dir(args.out, "--out")
+        _args.check_device(args.device)
         t0 = time.perf_counter()
         failed = []
         for name in names:
@@ -62,8 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"claims that did not reproduce: {', '.join(failed)}")
         return 0
     except MnemoError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return _args.user_error(f"{PROG} {args.cmd}", exc)
     except KeyboardInterrupt:
         print("interrupted: completed seeds are saved; re-run the same command to resume", file=sys.stderr)
         return 130

@@ -29,7 +29,7 @@ import numpy as np
 
 from mnemo_mpc.errors import InfeasibleProblemError, InputError
 from mnemo_mpc.nav.reference import subgoal_and_reference, visible_subgoal
-from mnemo_mpc.planning.esdf import DistanceField
+from mnemo_mpc.planning.esdf import UNKNOWN_POLICIES, DistanceField
 from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.planning.mpc import SQPMPC, MPCConfig, PlanResult, WarmStart
 from mnemo_mpc.planning.robot import RobotModel
@@ -67,10 +67,31 @@ class ControllerConfig:
     def __post_init__(self) -> None:
         if self.warm_start not in MODES:
             raise InputError(f"ControllerConfig.warm_start: expected one of {MODES}, got {self.warm_start!r}")
-        if not (math.isfinite(self.goal_tolerance_m) and self.goal_tolerance_m > 0):
-            raise InputError(f"ControllerConfig.goal_tolerance_m: expected > 0, got {self.goal_tolerance_m}")
-        if not 0 < self.v_ref_fraction <= 1:
-            raise InputError(f"ControllerConfig.v_ref_fraction: expected (0, 1], got {self.v_ref_fraction}")
+        if self.unknown_policy not in UNKNOWN_POLICIES:
+            raise InputError(
+                f"ControllerConfig.unknown_policy: expected one of {UNKNOWN_POLICIES}, got {self.unknown_policy!r}"
+            )
+        if not (_real(self.goal_tolerance_m) and self.goal_tolerance_m > 0):
+            raise InputError(f"ControllerConfig.goal_tolerance_m: expected metres > 0, got {self.goal_tolerance_m!r}")
+        if not (_real(self.v_ref_fraction) and 0 < self.v_ref_fraction <= 1):
+            raise InputError(f"ControllerConfig.v_ref_fraction: expected (0, 1], got {self.v_ref_fraction!r}")
+        if not (_real(self.subgoal_clearance_m) and self.subgoal_clearance_m >= 0):
+            raise InputError(
+                f"ControllerConfig.subgoal_clearance_m: expected metres >= 0, got {self.subgoal_clearance_m!r}"
+            )
+        if not isinstance(self.reuse_previous_plan, bool):
+            raise InputError(
+                f"ControllerConfig.reuse_previous_plan: expected True or False, got {self.reuse_previous_plan!r}"
+            )
+
+
+def _real(value: object) -> bool:
+    """A finite real number (not a bool, a string or a NaN)."""
+    return (
+        isinstance(value, (int, float, np.integer, np.floating))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+    )
 
 
 @dataclass
@@ -142,9 +163,17 @@ class Controller:
     def set_global_path(self, path: np.ndarray | None) -> None:
         """Track `path` (M, 2|3) from now on (None: plan straight to the goal)."""
         if path is not None:
-            arr = np.asarray(path, dtype=float)
-            if arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] < 2 or not np.all(np.isfinite(arr[:, :2])):
-                raise InputError(f"Controller.global_path: expected a finite (M, 2) array, got shape {arr.shape}")
+            expected = "a finite (M, 2) or (M, 3) array of map-frame points, M >= 1"
+            if isinstance(path, (str, bytes, dict)):
+                raise InputError(f"Controller.global_path: expected {expected}, got a {type(path).__name__}")
+            try:
+                arr = np.asarray(path, dtype=float)
+            except (TypeError, ValueError) as exc:  # ragged lists, strings inside, objects
+                raise InputError(f"Controller.global_path: expected {expected} ({exc})") from None
+            if arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] not in (2, 3):
+                raise InputError(f"Controller.global_path: expected {expected}, got shape {arr.shape}")
+            if not np.all(np.isfinite(arr)):
+                raise InputError(f"Controller.global_path: expected {expected}, got non-finite values")
             path = arr[:, :2].copy()
         self._path = path
         self._progress = 0
@@ -165,6 +194,8 @@ class Controller:
         pose = _vector(pose, 3, "pose")
         velocity = _vector(velocity, 2, "velocity")
         goal = _vector(goal, 3, "goal")
+        if max_iter is not None and (isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1):
+            raise InputError(f"Controller.step.max_iter: expected an integer >= 1 or None, got {max_iter!r}")
         if global_path is not None and id(global_path) != self._given_path_id:
             self.set_global_path(global_path)
             self._given_path_id = id(global_path)

@@ -46,6 +46,16 @@ log = logging.getLogger(__name__)
 
 __all__ = ["SPLINE_PAD", "SQPMPC", "MPCConfig", "PlanResult", "WarmStart"]
 
+
+def _real(value: Any) -> bool:
+    """A finite real number (not a bool, a string or a NaN): what every numeric setting must be."""
+    return (
+        isinstance(value, (int, float, np.integer, np.floating))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+    )
+
+
 METHODS = ("sqp", "sqpmethod")
 QP_SOLVERS = ("piqp", "qrqp", "osqp", "proxqp", "qpoases", "hpipm")  # sqpmethod's backends
 FALLBACK_SOLVERS = ("ipopt",)
@@ -92,8 +102,8 @@ class MPCConfig:
     def __post_init__(self) -> None:
         if isinstance(self.N, bool) or not isinstance(self.N, int) or self.N < 1:
             raise InputError(f"MPCConfig.N: expected an integer >= 1, got {self.N!r}")
-        if not math.isfinite(self.dt) or self.dt <= 0:
-            raise InputError(f"MPCConfig.dt: expected a finite dt > 0, got {self.dt}")
+        if not (_real(self.dt) and self.dt > 0):
+            raise InputError(f"MPCConfig.dt: expected a finite dt > 0, got {self.dt!r}")
         if self.method not in METHODS:
             raise InputError(f"MPCConfig.method: expected one of {METHODS}, got {self.method!r}")
         if self.hessian not in HESSIANS:
@@ -104,22 +114,29 @@ class MPCConfig:
             raise InputError(f"MPCConfig.qpsol: expected one of {QP_SOLVERS}, got {self.qpsol!r}")
         if self.fallback is not None and self.fallback not in FALLBACK_SOLVERS:
             raise InputError(f"MPCConfig.fallback: expected one of {FALLBACK_SOLVERS} or None, got {self.fallback!r}")
+        if not isinstance(self.compile, bool):
+            raise InputError(f"MPCConfig.compile: expected True or False, got {self.compile!r}")
+        if not isinstance(self.extra_options, dict):
+            raise InputError(f"MPCConfig.extra_options: expected a dict of solver options, got {self.extra_options!r}")
         for name in ("max_iter", "max_iter_ls", "fallback_max_iter", "densify"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "max_iter_ls" else 1):
-                raise InputError(f"MPCConfig.{name}: expected an integer >= 1, got {value!r}")
+            least = 0 if name == "max_iter_ls" else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise InputError(f"MPCConfig.{name}: expected an integer >= {least}, got {value!r}")
         for name in ("max_time_s", "fallback_max_time_s"):
             value = getattr(self, name)
-            if value is not None and not (math.isfinite(value) and value > 0):
-                raise InputError(f"MPCConfig.{name}: expected > 0 or None, got {value}")
+            if value is not None and not (_real(value) and value > 0):
+                raise InputError(f"MPCConfig.{name}: expected a finite number > 0 or None, got {value!r}")
+        if self.heading_radius is not None and not (_real(self.heading_radius) and self.heading_radius >= 0):
+            raise InputError(f"MPCConfig.heading_radius: expected metres >= 0 or None, got {self.heading_radius!r}")
         for name in ("tol", "tol_du", "newton_du"):
             value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise InputError(f"MPCConfig.{name}: expected a finite number > 0, got {value}")
+            if not (_real(value) and value > 0):
+                raise InputError(f"MPCConfig.{name}: expected a finite number > 0, got {value!r}")
         for name in ("w_track", "w_goal", "w_yaw", "w_v", "w_w", "w_dv", "w_dw", "clearance_buffer"):
             value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise InputError(f"MPCConfig.{name}: expected a finite number >= 0, got {value}")
+            if not (_real(value) and value >= 0):
+                raise InputError(f"MPCConfig.{name}: expected a finite number >= 0, got {value!r}")
         if min(self.w_v, self.w_w) <= 0:
             raise InputError("MPCConfig.w_v, w_w: expected > 0 (they keep the Gauss-Newton Hessian positive definite)")
 

@@ -15,9 +15,12 @@ from typing import Any
 import yaml
 
 from mnemo_mpc.errors import InputError
+from mnemo_mpc.safe_io import load_yaml
 from mnemo_mpc.warmstart import MODES
 
 NODE_NAME = "mnemo_mpc_nav"
+# A parameter file is a few kilobytes (config/nav.yaml: ~6 KB); 1 MiB leaves room for many nodes' entries.
+MAX_PARAMS_FILE_BYTES = 1 << 20
 
 
 def param(default: Any, description: str) -> Any:
@@ -132,10 +135,7 @@ class NavParams:
         config/nav.yaml uses) and/or `NODE_NAME:` / `/NS/NODE_NAME:`; where several match, the more specific wins,
         as in rcl."""
         path = Path(path)
-        try:
-            doc = yaml.safe_load(path.read_text())
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-            raise InputError(f"{path}: cannot read parameter file: {exc}") from exc
+        doc = load_yaml(path, MAX_PARAMS_FILE_BYTES, "parameter file")
         if not isinstance(doc, dict):
             raise InputError(f"{path}: expected a mapping of node names to 'ros__parameters:'")
         matches = [k for k in doc if k == "/**" or str(k).rsplit("/", 1)[-1] == node_name]

@@ -12,6 +12,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +44,43 @@ class ReplaySummary:
         return dict(self.__dict__)
 
 
+# rosbag2 metadata lists topics and files: kilobytes, megabytes for a huge split bag; beyond this it is not one.
+MAX_METADATA_BYTES = 16 << 20
+
+
+def check_bag_metadata(bag: Path) -> None:
+    """`bag/metadata.yaml` is a regular, UTF-8, alias-free YAML file of bounded size (`mnemo_mpc.safe_io`): checked
+    before rosbags parses it, so a hostile or truncated file is an InputError naming the bag instead of a decode
+    traceback or an alias bomb expanding without bound (rosbag2 writes no anchors or aliases)."""
+    from mnemo_mpc.safe_io import load_yaml
+
+    meta = bag / "metadata.yaml"
+    if not meta.is_file():
+        raise InputError(f"{bag}: not a rosbag2 directory (no metadata.yaml)")
+    load_yaml(meta, MAX_METADATA_BYTES, "rosbag2 metadata")
+
+
+def _input_connections(reader: Any, bag: Path, wanted: dict[str, str], params: NavParams) -> list[Any]:
+    """The bag's connections on the input topics; InputError when one has the wrong type or a required one is
+    missing."""
+    conns = []
+    for c in reader.connections:
+        key = wanted.get(c.topic)
+        if key is None:
+            continue
+        if c.msgtype != INPUT_TYPES[key]:
+            raise InputError(f"{bag}: topic {c.topic} has type {c.msgtype}, expected {INPUT_TYPES[key]}")
+        conns.append(c)
+    found = {wanted[c.topic] for c in conns}
+    missing = {"grid_topic", "odom_topic", "goal_topic"} - found
+    if missing:
+        raise InputError(
+            f"{bag}: no messages on {sorted(_topic(getattr(params, k)) for k in missing)} "
+            f"(topics in bag: {sorted(c.topic for c in reader.connections)})"
+        )
+    return conns
+
+
 def _topic(name: str) -> str:
     return name if name.startswith("/") else "/" + name
 
@@ -50,16 +88,28 @@ def _topic(name: str) -> str:
 def replay_bag(
     bag: str | Path, out_bag: str | Path, params: NavParams | None = None, distro: str = "ROS2_HUMBLE"
 ) -> ReplaySummary:
-    from rosbags.rosbag2 import Reader, Writer
+    from rosbags.rosbag2 import Reader, ReaderError, Writer
     from rosbags.typesys import Stores, get_typestore
 
     params = params or NavParams()
     bag, out_bag = Path(bag), Path(out_bag)
-    if not (bag / "metadata.yaml").is_file():
-        raise InputError(f"{bag}: not a rosbag2 directory (no metadata.yaml)")
+    check_bag_metadata(bag)
     if out_bag.exists():
         raise InputError(f"{out_bag}: output bag exists; choose a new path")
-    store = get_typestore(getattr(Stores, distro))
+    if distro not in Stores.__members__:
+        raise InputError(f"distro: expected one of {', '.join(Stores.__members__)}, got {distro!r}")
+    wanted = {_topic(getattr(params, key)): key for key in INPUT_TYPES}
+    tmp_out = out_bag.with_name(out_bag.name + ".partial")
+    if tmp_out.exists():
+        raise InputError(f"{tmp_out}: a previous replay was interrupted; remove it first")
+    # Open the bag and check its topics before the planner (and a warm-start model) is loaded: a bad bag is one
+    # error line, not a model load followed by a rosbags traceback.
+    try:
+        with Reader(bag) as reader:
+            _input_connections(reader, bag, wanted, params)
+    except ReaderError as exc:
+        raise InputError(f"{bag}: cannot read the bag ({' '.join(str(exc).split())})") from exc
+    store = get_typestore(Stores[distro])
     types = convert.MessageTypes.from_rosbags(distro)
     adapter = NavAdapter(params, types)
     handlers = {
@@ -68,31 +118,13 @@ def replay_bag(
         "goal_topic": adapter.on_goal,
         "path_topic": adapter.on_path,
     }
-    wanted = {_topic(getattr(params, key)): key for key in INPUT_TYPES}
     period_ns = int(round(1e9 / params.control_rate_hz))
     statuses: Counter[str] = Counter()
     solve_ms, iters = [], []
     written = 0
-    tmp_out = out_bag.with_name(out_bag.name + ".partial")
-    if tmp_out.exists():
-        raise InputError(f"{tmp_out}: a previous replay was interrupted; remove it first")
     try:
         with Reader(bag) as reader, Writer(tmp_out, version=9) as writer:
-            conns = []
-            for c in reader.connections:
-                key = wanted.get(c.topic)
-                if key is None:
-                    continue
-                if c.msgtype != INPUT_TYPES[key]:
-                    raise InputError(f"{bag}: topic {c.topic} has type {c.msgtype}, expected {INPUT_TYPES[key]}")
-                conns.append(c)
-            found = {wanted[c.topic] for c in conns}
-            missing = {"grid_topic", "odom_topic", "goal_topic"} - found
-            if missing:
-                raise InputError(
-                    f"{bag}: no messages on {sorted(_topic(getattr(params, k)) for k in missing)} "
-                    f"(topics in bag: {sorted(c.topic for c in reader.connections)})"
-                )
+            conns = _input_connections(reader, bag, wanted, params)
             cmd_type = "geometry_msgs/msg/TwistStamped" if params.use_stamped_twist else "geometry_msgs/msg/Twist"
             cmd_conn = writer.add_connection(_topic(params.cmd_vel_topic), cmd_type, typestore=store)
             plan_conn = writer.add_connection(_topic(params.local_plan_topic), "nav_msgs/msg/Path", typestore=store)
@@ -125,6 +157,11 @@ def replay_bag(
             if next_tick is not None:
                 tick_until(reader.end_time)
         tmp_out.rename(out_bag)
+    except ReaderError as exc:  # unparsable metadata, missing or corrupt storage files: the bag, not our code
+        import shutil
+
+        shutil.rmtree(tmp_out, ignore_errors=True)
+        raise InputError(f"{bag}: cannot read the bag ({' '.join(str(exc).split())})") from exc
     except BaseException:
         import shutil
 

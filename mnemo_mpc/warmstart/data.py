@@ -9,6 +9,10 @@ that produced them.
 Inputs are computed once per world into `CACHE/wNNNNNN.npz` (written atomically; a process pool builds the missing
 ones, so an interrupted build resumes), under a folder keyed by the input spec, so another crop makes another cache.
 `load` concatenates the requested worlds into memory (grids as float16: 6.4 KB per example).
+
+World arrays are read through the store's verified reader (`DatasetStore.open_world`: chunk presence and CRC32C,
+metadata seals, decoded digests of every whole-array read), so a damaged store raises `DatasetError` naming the world,
+array and chunk instead of turning into training examples.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import io
 import json
 import logging
 import os
+import zipfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -70,7 +75,7 @@ def world_examples(store: DatasetStore, world_id: int, spec: InputSpec, robot: R
     from mnemo_mpc.planning.esdf import DistanceField
     from mnemo_mpc.planning.grid import OccupancyGrid
 
-    group = store.open_world(world_id)
+    group = store.open_world(world_id)  # verified reads: every `group[f][:]` below is checked whole
     missing = [f for f in (*FIELDS, "expert_success") if f not in group.array_keys()]
     if missing:
         raise DatasetError(f"{store.root}: world {world_id} lacks {missing} (collected by an older version)")
@@ -99,9 +104,19 @@ def _build_one(args: tuple[str, int, dict, dict, str]) -> int:
     store = DatasetStore.open(root)
     ex = world_examples(store, wid, InputSpec(**spec_d), RobotModel(**robot_d))
     buf = io.BytesIO()
-    np.savez(buf, **ex)
+    # The world's seal: a world quarantined by `data verify --repair` and collected again gets a fresh cache entry.
+    np.savez(buf, **ex, world_sha256=np.asarray(store.world_entry(wid)["world_sha256"]))
     atomic_write_bytes(Path(out) / f"{world_name(wid)}.npz", buf.getvalue())
     return int(ex["controls"].shape[0])
+
+
+def _cached(path: Path, world_sha256: str) -> bool:
+    """Whether `path` holds the inputs of exactly this committed world (an unreadable file is rebuilt)."""
+    try:
+        with np.load(path) as z:
+            return str(z["world_sha256"]) == world_sha256
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        return False
 
 
 def build_cache(
@@ -121,7 +136,7 @@ def build_cache(
     out = cache_dir(root, spec)
     out.mkdir(parents=True, exist_ok=True)
     ids = store.world_ids if world_ids is None else list(world_ids)
-    todo = [w for w in ids if not (out / f"{world_name(w)}.npz").exists()]
+    todo = [w for w in ids if not _cached(out / f"{world_name(w)}.npz", store.world_entry(w)["world_sha256"])]
     jobs = [(str(root), w, asdict(spec), asdict(robot), str(out)) for w in todo]
     bar = tqdm(total=len(ids), initial=len(ids) - len(todo), unit="world", desc="inputs", disable=not progress)
     if workers <= 1:
@@ -149,7 +164,7 @@ def load(cache: Path, world_ids: Sequence[int]) -> Arrays:
                 for k in ("grid", "vector", "controls"):
                     parts[k].append(z[k])
                 parts["world"].append(np.full(z["controls"].shape[0], w, dtype=np.int64))
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:  # BadZipFile: a member's CRC
             raise DatasetError(f"{path}: unreadable input cache ({exc}); delete it to rebuild") from exc
     if not parts["controls"]:
         raise DatasetError(f"{cache}: no examples for the requested worlds")

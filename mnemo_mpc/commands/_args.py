@@ -1,0 +1,294 @@
+"""Argument checks shared by the `mnemo-mpc` sub-commands and `python -m mnemo_mpc.experiments`.
+
+Every check here runs before a command does any work, so that a user error costs a second, prints one line and leaves
+nothing behind. Two kinds:
+
+* argparse `type=` functions for scalar flags (`count`, `seed`, `positive_float`, `pose`...): argparse reports their
+  `ArgumentTypeError` as `PROG: error: argument --flag: MESSAGE` through `ArgumentParser.error` below;
+* path checks (`check_output_file`, `check_output_dir`, `check_input_file`, `check_input_dir`) called at the top of
+  a handler; they raise `InputError` naming the flag, which `mnemo_mpc.cli.main` prints as one line.
+
+Writability is checked with `os.access` on the nearest existing ancestor of the output, not by creating a probe file:
+an output's folders often do not exist yet (the command creates them), and a probe would have to create them and
+remove them again, leaving them behind if the process is killed in between; `os.access` touches nothing. What it
+cannot foresee (an ACL or a root-squashed NFS mount refusing a write that the mode bits allow) still fails at the
+atomic write itself (`mnemo_mpc.atomic`), as an OSError naming the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+from mnemo_mpc.errors import InputError
+
+# Positions beyond this are corrupted input, not a place; the same bound the ROS conversions apply
+# (mnemo_mpc.ros.convert.MAX_COORDINATE_M, not imported: that module pulls in the grid and numpy).
+MAX_COORDINATE_M = 1e6
+# Seeds: what numpy's legacy generators accept; world seeds derived from them (collection: seed * 100000 + id) stay
+# well inside 64 bits.
+MAX_SEED = 2**32 - 1
+# A simulated episode longer than this (11.6 days) is a typo; 1e308 would overflow the step count to inf.
+MAX_TIME_S = 1e6
+
+
+def one_line(message: object) -> str:
+    """`message` on one line: a user error is exactly one line on stderr, whatever the exception text holds."""
+    return " ".join(str(message).split()) or "(no message)"
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with usage errors as one line (`PROG: error: MESSAGE`, exit 2) instead of a usage block: the full
+    usage is one `--help` away, and scripts and users alike get the same one-line form as every other user error.
+    Sub-parsers inherit the class (`add_subparsers` creates parsers of the parent's type)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {one_line(message)}\n")
+
+
+def user_error(prog: str, message: object) -> int:
+    """Print a user error as the one line every command uses; returns the exit status (2)."""
+    print(f"{prog}: error: {one_line(message)}", file=sys.stderr)
+    return 2
+
+
+# --- argparse types -------------------------------------------------------------------------------------------------
+def _int(text: str, what: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+
+
+def _float(text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if not math.isfinite(value):  # float() accepts "nan", "inf" and "1e999": none is a setting
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    return value
+
+
+def count(text: str) -> int:
+    """An integer >= 1 (worlds, steps, epochs, workers...)."""
+    value = _int(text, "an integer >= 1")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def seed(text: str) -> int:
+    """A seed: an integer in [0, 2^32 - 1]."""
+    value = _int(text, f"an integer seed in [0, {MAX_SEED}]")
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"expected an integer seed in [0, {MAX_SEED}], got {text!r}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    return _float(text, "a finite number")
+
+
+def positive_float(text: str) -> float:
+    value = _float(text, "a finite number > 0")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return value
+
+
+def nonnegative_float(text: str) -> float:
+    value = _float(text, "a finite number >= 0")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
+def unit_interval(text: str) -> float:
+    value = _float(text, "a number in [0, 1]")
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
+    return value
+
+
+def duration_s(text: str) -> float:
+    """Seconds: > 0 and at most MAX_TIME_S."""
+    value = _float(text, f"seconds in (0, {MAX_TIME_S:g}]")
+    if not 0 < value <= MAX_TIME_S:
+        raise argparse.ArgumentTypeError(f"expected seconds in (0, {MAX_TIME_S:g}], got {text!r}")
+    return value
+
+
+def distance_m(text: str) -> float:
+    """Metres: > 0 and at most MAX_COORDINATE_M."""
+    value = _float(text, f"metres in (0, {MAX_COORDINATE_M:g}]")
+    if not 0 < value <= MAX_COORDINATE_M:
+        raise argparse.ArgumentTypeError(f"expected metres in (0, {MAX_COORDINATE_M:g}], got {text!r}")
+    return value
+
+
+def parse_pose(value: Any, name: str) -> list[float]:
+    """x,y,yaw from "x,y,yaw" (brackets allowed) or a sequence of three numbers: finite and within MAX_COORDINATE_M,
+    checked before any arithmetic so that e.g. 1e308 is an error line, not an overflow warning further on."""
+    expected = f"x,y,yaw (three finite numbers within +-{MAX_COORDINATE_M:g})"
+    try:
+        items = value.strip().strip("[]()").split(",") if isinstance(value, str) else list(value)
+        if any(isinstance(v, bool) or not isinstance(v, (str, int, float)) for v in items):
+            raise TypeError("not a number")
+        pose = [float(v) for v in items]
+    except (TypeError, ValueError):
+        raise InputError(f"{name}: expected {expected}, got {value!r}") from None
+    if len(pose) != 3 or not all(math.isfinite(v) and abs(v) <= MAX_COORDINATE_M for v in pose):
+        raise InputError(f"{name}: expected {expected}, got {value!r}")
+    return pose
+
+
+def pose(text: str) -> list[float]:
+    """argparse type of --start / --goal."""
+    try:
+        return parse_pose(text, "pose")
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("pose: ")) from None
+
+
+def number(value: Any, name: str, *, low: float, high: float, low_open: bool = True) -> float:
+    """A JSON/YAML value that must be a real number in (low, high] (or [low, high]); InputError naming `name`."""
+    interval = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{name}: expected a number in {interval}, got {value!r}")
+    value = float(value)
+    if not (math.isfinite(value) and (value > low if low_open else value >= low) and value <= high):
+        raise InputError(f"{name}: expected a number in {interval}, got {value!r}")
+    return value
+
+
+# --- paths ----------------------------------------------------------------------------------------------------------
+def _stat(path: Path, flag: str) -> os.stat_result | None:
+    """stat() following links; None when nothing is there (or a dangling link); InputError when it cannot be asked."""
+    try:
+        return path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, ValueError) as exc:  # EACCES on a folder on the way, a name too long, an embedded NUL...
+        raise InputError(f"{flag}: cannot use {str(path)!r} ({exc})") from None
+
+
+def _check_creatable(path: Path, flag: str) -> None:
+    """`path` does not exist: the nearest existing folder above it must be a directory this process may write into
+    (the command creates the folders in between)."""
+    ancestor = Path(os.path.abspath(path)).parent
+    while (st := _stat(ancestor, flag)) is None and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if st is None or not stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{flag}: cannot create {path}: {ancestor} is not a directory")
+    if not _writable(ancestor):
+        raise InputError(f"{flag}: cannot create {path}: {ancestor} is not writable")
+
+
+def _writable(folder: Path) -> bool:
+    mode = os.W_OK | os.X_OK
+    if os.access in os.supports_effective_ids:
+        return os.access(folder, mode, effective_ids=True)
+    return os.access(folder, mode)
+
+
+def check_output_file(path: str | os.PathLike[str], flag: str) -> Path:
+    """A file the command will write (atomically, replacing an existing one): not a directory or other non-file,
+    and its folder writable or creatable."""
+    path = Path(path)
+    st = _stat(path, flag)
+    if st is None:
+        _check_creatable(path, flag)
+    elif stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{flag}: {path} is a directory; expected a file path")
+    elif not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{flag}: {path} exists and is not a regular file")
+    elif not _writable(path.parent):
+        raise InputError(f"{flag}: cannot replace {path}: its folder is not writable")
+    return path
+
+
+def check_output_dir(path: str | os.PathLike[str], flag: str, *, new: bool = False) -> Path:
+    """A directory the command writes into: an existing writable directory (unless `new`: it must not exist yet),
+    or a path whose folders can be created."""
+    path = Path(path)
+    st = _stat(path, flag)
+    if st is None:
+        _check_creatable(path, flag)
+    elif new:
+        raise InputError(f"{flag}: {path} exists; expected a new path")
+    elif not stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{flag}: {path} exists and is not a directory")
+    elif not _writable(path):
+        raise InputError(f"{flag}: {path} is not writable")
+    return path
+
+
+def check_input_file(path: str | os.PathLike[str], flag: str, what: str = "file") -> Path:
+    """A file the command reads: it exists, is a regular file (not a folder, FIFO or device) and is readable."""
+    path = Path(path)
+    st = _stat(path, flag)
+    if st is None:
+        raise InputError(f"{flag}: {what} not found: {path}")
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{flag}: {path} is not a regular file")
+    if not os.access(path, os.R_OK):
+        raise InputError(f"{flag}: {path} is not readable")
+    return path
+
+
+def check_input_dir(path: str | os.PathLike[str], flag: str) -> Path:
+    """A directory the command reads: it exists, is a directory and can be listed."""
+    path = Path(path)
+    st = _stat(path, flag)
+    if st is None:
+        raise InputError(f"{flag}: directory not found: {path}")
+    if not stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{flag}: {path} is not a directory")
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise InputError(f"{flag}: {path} is not readable")
+    return path
+
+
+def check_distinct(paths: dict[str, Path | None]) -> None:
+    """Two outputs of one command must not be the same file (one would silently replace the other)."""
+    seen: dict[str, str] = {}
+    for flag, path in paths.items():
+        if path is None:
+            continue
+        key = os.path.abspath(path)
+        if key in seen:
+            raise InputError(f"{flag}: {path} is also {seen[key]}; expected different files")
+        seen[key] = flag
+
+
+def check_warmstart(args: argparse.Namespace) -> None:
+    """--warmstart / --model (see commands.eval.add_warmstart_arguments): the model file exists, and a model is not
+    given to a start that never uses one."""
+    if args.model is None:
+        return
+    if args.warmstart in ("cold", "shift"):
+        raise InputError(f"--model: --warmstart {args.warmstart} uses no model; drop --model or use learned/hybrid")
+    check_input_file(args.model, "--model")
+
+
+def check_device(device: str, flag: str = "--device", *, auto: bool = False) -> None:
+    """A torch device string that names a device present here (cpu, cuda, cuda:i; `auto` too when allowed)."""
+    import re
+
+    if auto and device == "auto" or device == "cpu":
+        return
+    if not re.fullmatch(r"cuda(:\d+)?", device):
+        allowed = "auto, cpu, cuda or cuda:i" if auto else "cpu, cuda or cuda:i"
+        raise InputError(f"{flag}: expected {allowed}, got {device!r}")
+    import torch
+
+    index = int(device.partition(":")[2] or 0)
+    if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+        found = torch.cuda.device_count()
+        raise InputError(f"{flag}: {device} is not available on this machine ({found} CUDA devices)")
