@@ -1,0 +1,13 @@
+"""Causal Mnemosyne learned optimizer (seed 002 §5.1), its LSTM baseline, optimizee tasks and meta-training.
+
+- `preprocess`: Andrychowicz et al. (2016) gradient preprocessing (log-magnitude and sign, p = 10).
+- `base`: the coordinate-wise `LearnedOptimizer` interface and `LearnedOptimizerConfig` (the paper's sizes).
+- `cell`: `CausalMnemosyneCell` (Eq. 3-6, causal, discounted; FAVOR+ / hyperbolic / thickened FAVOR++ from
+  `mnemo_mpc.memory`) and `MnemosyneLearnedOptimizer` (two stacked cells + linear layer).
+- `lstm`: `LSTMLearnedOptimizer`, the Andrychowicz et al. baseline (2 layers of 20).
+- `factory`: build from a config; save/load weights (also from a meta-training checkpoint or run directory).
+- `tasks`: bundled digits, MNIST-IDX reader, functional MLP optimizees (the four MLPs of Fig. 2).
+- `meta_train`: truncated meta-training with the on-policy Adam imitation loss and random scaling; resumable.
+- `torch_optim`: `MnemosyneOptimizer`, a `torch.optim.Optimizer` driven by a meta-trained learned optimizer.
+- `bench`: state bytes per coordinate and step() time vs Adam on a ~1M-parameter model.
+"""
