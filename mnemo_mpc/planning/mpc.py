@@ -8,7 +8,9 @@ The paper's planner: "For each MPC step, one instance of trajectory optimization
     s.t.  x_0 = current state,  x_{k+1} = f(x_k, u_k)                         (robot.unicycle_step)
           v_min <= v_k <= v_max,  |w_k| <= w_max
           |u_k - u_{k-1}| <= (a_max, alpha_max) dt,  with u_{-1} = the current velocity
-          esdf(p_k) >= radius + safety_margin (+ a small interpolation buffer),   k = 1..N
+          esdf(c_kd) >= r_d + safety_margin (+ a small interpolation buffer),     k = 1..N, d = 1..K
+          (c_kd = p_k + R(yaw_k) o_d: the K discs (o_d, r_d) covering the footprint, `robot_discs`; one disc of the
+          robot's radius at the centre for a round robot)
 
 Two methods (`MPCConfig.method`), same problem, same tolerances:
 
@@ -182,7 +184,7 @@ class PlanResult:
     success: bool
     cost: float
     max_dynamics_violation: float
-    min_clearance: float  # along the densified trajectory, bilinear ESDF
+    min_clearance: float  # of the centre, along the densified trajectory, bilinear ESDF
     start: str  # "cold" | "warm" | "shift" | ...: who made the start
     used_fallback: bool = False
     duals: dict[str, np.ndarray] = field(default_factory=dict)
@@ -191,11 +193,20 @@ class PlanResult:
     wall_time_s: float = 0.0  # the whole `solve` call: checks, guess, solver, post-checks
     cpu_time_s: float = 0.0  # process CPU time of the solver call(s); less sensitive to other loads than time_s
     solver_stats: dict[str, Any] = field(default_factory=dict)  # per-phase times of this solve (method "sqp")
+    # min over the densified trajectory and the covering discs of esdf(c_d) - r_d (the footprint's clearance), and
+    # the margin it must keep: safety_margin, or less when the start is already inside the margin band.
+    footprint_clearance: float | None = None
+    required_margin: float = 0.0
 
     @property
     def feasible(self) -> bool:
-        """Dynamics error <= 1e-6 and clearance >= radius + margin - 1e-3 on the densified trajectory."""
-        return self.max_dynamics_violation <= 1e-6 and self.min_clearance >= self.required_clearance - 1e-3
+        """Dynamics error <= 1e-6 and every covering disc >= its radius + margin - 1e-3 from obstacles on the densified
+        trajectory (for a round robot: centre clearance >= radius + margin - 1e-3)."""
+        if self.max_dynamics_violation > 1e-6:
+            return False
+        if self.footprint_clearance is None:
+            return self.min_clearance >= self.required_clearance - 1e-3
+        return self.footprint_clearance >= self.required_margin - 1e-3
 
     def shifted(self, with_duals: bool = True) -> WarmStart:
         """The receding-horizon shift: drop the first step, repeat the last control once more at the end."""
@@ -213,17 +224,34 @@ def _shift_blocks(v: np.ndarray, size: int) -> np.ndarray:
 
 
 def _shift_duals(lam_g: np.ndarray, lam_x: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Shift multipliers one stage, per constraint block, in either method's layout (told apart by size)."""
-    if lam_g.size == 3 * n:  # condensed: [rates 2N, clearance N]; bounds on the N controls
-        return np.concatenate([_shift_blocks(lam_g[: 2 * n], 2), _shift_blocks(lam_g[2 * n :], 1)]), _shift_blocks(
+    """Shift multipliers one stage, per constraint block, in either method's layout (told apart by the size of
+    lam_x; the clearance block has K rows per knot, one per covering disc)."""
+    if lam_x.size == 2 * n:  # condensed: [rates 2N, clearance K N]; bounds on the N controls
+        k = lam_g.size // n - 2
+        return np.concatenate([_shift_blocks(lam_g[: 2 * n], 2), _shift_blocks(lam_g[2 * n :], k)]), _shift_blocks(
             lam_x, 2
         )
+    k = lam_g.size // n - 5
     dyn, acc, clr = lam_g[: 3 * n], lam_g[3 * n : 5 * n], lam_g[5 * n :]
-    shifted_g = np.concatenate([_shift_blocks(dyn, 3), _shift_blocks(acc, 2), _shift_blocks(clr, 1)])
+    shifted_g = np.concatenate([_shift_blocks(dyn, 3), _shift_blocks(acc, 2), _shift_blocks(clr, k)])
     xs, us = lam_x[: 3 * (n + 1)], lam_x[3 * (n + 1) :]
     xs = _shift_blocks(xs, 3)
     xs[:3] = 0.0  # x_0 is fixed by its bounds; its multiplier belongs to the old start
     return shifted_g, np.concatenate([xs, _shift_blocks(us, 2)])
+
+
+def robot_discs(robot: RobotModel) -> np.ndarray:
+    """The covering discs (K, 3) = (ox, oy, r) of the robot's footprint in its own frame (x forward): `robot.discs`
+    where the robot model has a footprint, else one disc of `robot.radius` at the centre."""
+    discs = getattr(robot, "discs", None)
+    if callable(discs):
+        discs = discs()
+    if discs is None:
+        return np.array([[0.0, 0.0, float(robot.radius)]])
+    discs = np.asarray(discs, dtype=float).reshape(-1, 3)
+    if discs.shape[0] < 1 or not np.all(np.isfinite(discs)) or np.any(discs[:, 2] <= 0):
+        raise InputError(f"robot discs: expected (K >= 1, 3) finite (ox, oy, r > 0), got {discs.tolist()}")
+    return discs
 
 
 class SQPMPC:
@@ -243,26 +271,29 @@ class SQPMPC:
         t0 = time.perf_counter()
         amax = robot.accel_limits * dt
         lbu, ubu = np.tile(robot.control_lower, n), np.tile(robot.control_upper, n)
+        self.discs = robot_discs(robot)
+        k = self.discs.shape[0]
         form = nlp_forms.condensed if config.method == "sqp" else nlp_forms.multiple_shooting
-        self._nlp = form(n, dt, self.grid_shape, config.weights)
+        self._nlp = form(n, dt, self.grid_shape, config.weights, self.discs[:, :2])
         self._functions = self._nlp.functions
         if config.compile:
             from mnemo_mpc.planning.codegen import compiled
 
-            self._functions, self.build_info = compiled(self._functions, f"mpc_{config.method}_N{n}_{h}x{w}")
+            tag = f"mpc_{config.method}_N{n}_{h}x{w}" + (f"_K{k}" if k > 1 else "")
+            self._functions, self.build_info = compiled(self._functions, tag)
         if config.method == "sqp":
             self._sqp = SQP(nlp_forms.CondensedEvaluator(self._nlp, self._functions), config.sqp_options)
             self._rollout = BufferedFunction(self._functions["rollout"])
             self._lbx, self._ubx = lbu, ubu
-            self._lbg = np.concatenate([np.tile(-amax, n), np.zeros(n)])
-            self._ubg = np.concatenate([np.tile(amax, n), np.full(n, np.inf)])
+            self._lbg = np.concatenate([np.tile(-amax, n), np.zeros(k * n)])
+            self._ubg = np.concatenate([np.tile(amax, n), np.full(k * n, np.inf)])
         else:
             self._solvers: dict[int, BufferedSolver] = {}
             self._sqpmethod_totals: dict[int, dict[str, float]] = {}
             self._lbx = np.concatenate([np.full(3 * (n + 1), -np.inf), lbu])
             self._ubx = np.concatenate([np.full(3 * (n + 1), np.inf), ubu])
-            self._lbg = np.concatenate([np.zeros(3 * n), np.tile(-amax, n), np.zeros(n)])
-            self._ubg = np.concatenate([np.zeros(3 * n), np.tile(amax, n), np.full(n, np.inf)])
+            self._lbg = np.concatenate([np.zeros(3 * n), np.tile(-amax, n), np.zeros(k * n)])
+            self._ubg = np.concatenate([np.zeros(3 * n), np.tile(amax, n), np.full(k * n, np.inf)])
         self.layout = self._nlp.layout
         log.debug("built %s MPC N=%d grid=%s in %.2fs", config.method, n, self.grid_shape, time.perf_counter() - t0)
 
@@ -270,8 +301,8 @@ class SQPMPC:
     @property
     def duals_size(self) -> tuple[int, int]:
         """(len(lam_g), len(lam_x)) of this method's multipliers."""
-        n = self.config.N
-        return (3 * n, 2 * n) if self.config.method == "sqp" else (6 * n, 3 * (n + 1) + 2 * n)
+        n, k = self.config.N, self.discs.shape[0]
+        return ((2 + k) * n, 2 * n) if self.config.method == "sqp" else ((5 + k) * n, 3 * (n + 1) + 2 * n)
 
     def cold_start(self, state: np.ndarray) -> WarmStart:
         """Hold the current pose with zero controls: dynamically consistent and never through an obstacle."""
@@ -341,15 +372,20 @@ class SQPMPC:
             raise InputError(f"SQPMPC.solve.max_iter: expected an integer >= 1, got {max_iter!r}")
 
         d0 = float(field.distance(state[:2]))
-        if d0 < robot.radius:
-            raise InfeasibleProblemError(
-                f"start pose ({state[0]:.3f}, {state[1]:.3f}) is in collision: clearance {d0:.3f} m < robot radius "
-                f"{robot.radius:.3f} m"
-            )
+        disc_d0 = self._disc_distances(field, state)
+        if np.any(disc_d0 < self.discs[:, 2]):
+            if self.discs.shape[0] == 1:
+                detail = f"clearance {d0:.3f} m < robot radius {robot.radius:.3f} m"
+            else:
+                d = int(np.argmin(disc_d0 - self.discs[:, 2]))
+                detail = (
+                    f"covering disc {d} is {disc_d0[d]:.3f} m from an obstacle < its radius {self.discs[d, 2]:.3f} m"
+                )
+            raise InfeasibleProblemError(f"start pose ({state[0]:.3f}, {state[1]:.3f}) is in collision: {detail}")
         _check_goal(field, goal)
         guess, label = self._start(state, warm_start, start_label)
         p = self.parameters(field, state, velocity, goal, reference)
-        lbg = self._constraint_lower(d0)
+        lbg = self._constraint_lower(disc_d0)
         solve = self._solve_sqp if cfg.method == "sqp" else self._solve_sqpmethod
         out = solve(state, guess, p, lbg, cfg.max_iter if max_iter is None else max_iter)
         if not out["success"] and cfg.fallback is not None:
@@ -361,6 +397,7 @@ class SQPMPC:
             out["status"] += " (non-finite iterate replaced by the initial guess)"
         dyn_err = float(np.max(np.abs(robot.step(states[:-1], controls, cfg.dt) - states[1:])))
         pts = robot.densify(states, controls, cfg.dt, cfg.densify)
+        footprint = self._footprint_clearance(field, states, controls, pts)
         return PlanResult(
             states=states,
             controls=controls,
@@ -379,6 +416,8 @@ class SQPMPC:
             required_clearance=min(robot.clearance, d0),
             wall_time_s=time.perf_counter() - t_wall,
             solver_stats=out.get("stats", {}),
+            footprint_clearance=footprint,
+            required_margin=float(np.min(np.minimum(robot.safety_margin, disc_d0 - self.discs[:, 2]))),
         )
 
     def merit(
@@ -398,17 +437,45 @@ class SQPMPC:
             raise InputError("SQPMPC.merit: needs method 'sqp' (the condensed NLP's merit function)")
         state = _finite_vector(state, 3, "state (x, y, yaw)")
         p = self.parameters(field, state, _finite_vector(velocity, 2, "velocity (v, w)"), goal, reference)
-        lbg = self._constraint_lower(float(field.distance(state[:2])))
+        lbg = self._constraint_lower(self._disc_distances(field, state))
         xs = [np.asarray(u, dtype=float).reshape(-1) for u in candidates]
         return self._sqp.merit(xs, p, self._lbx, self._ubx, lbg, self._ubg, sigma)
 
     # --- internals ----------------------------------------------------------------------------------------------
-    def _constraint_lower(self, d0: float) -> np.ndarray:
-        """Lower bounds of g for a start whose clearance is d0: a start already inside the margin band must still
-        have a feasible problem, so the clearance bound is never above the current clearance."""
+    def _constraint_lower(self, disc_d0: np.ndarray) -> np.ndarray:
+        """Lower bounds of g for a start whose covering discs are `disc_d0` from obstacles: r_d + margin + buffer, but
+        a start already inside the margin band must still have a feasible problem, so a disc's bound is never above
+        its current clearance. Clearance rows are knot-major (disc fastest)."""
         lbg = self._lbg.copy()
-        lbg[-self.config.N :] = min(self.robot.clearance + self.config.clearance_buffer, d0)
+        k = self.discs.shape[0]
+        need = self.discs[:, 2] + self.robot.safety_margin + self.config.clearance_buffer
+        lbg[-k * self.config.N :] = np.tile(np.minimum(need, disc_d0), self.config.N)
         return lbg
+
+    def _disc_centres(self, poses: np.ndarray) -> np.ndarray:
+        """Map-frame centres (..., K, 2) of the covering discs at poses (..., 3)."""
+        poses = np.asarray(poses, dtype=float)
+        c, s = np.cos(poses[..., 2:3]), np.sin(poses[..., 2:3])
+        ox, oy = self.discs[:, 0], self.discs[:, 1]
+        return np.stack([poses[..., 0:1] + c * ox - s * oy, poses[..., 1:2] + s * ox + c * oy], axis=-1)
+
+    def _disc_distances(self, field: DistanceField, state: np.ndarray) -> np.ndarray:
+        """ESDF (bilinear) at each covering disc's centre for the robot at `state`: (K,)."""
+        return np.asarray(field.distance(self._disc_centres(state)), dtype=float).reshape(-1)
+
+    def _footprint_clearance(
+        self, field: DistanceField, states: np.ndarray, controls: np.ndarray, pts: np.ndarray
+    ) -> float:
+        """min over the densified trajectory and the discs of esdf(c_d) - r_d. Between knots the robot drives a
+        constant-(v, w) arc, so the heading there is yaw_k + w_k tau exactly (`robot.densify` gives the positions)."""
+        if self.discs.shape[0] == 1 and not self.discs[0, :2].any():
+            return float(field.min_clearance(pts)) - float(self.discs[0, 2])
+        m = self.config.densify
+        tau = (np.arange(m) / m) * self.config.dt
+        yaw = (states[:-1, 2:3] + controls[:, 1:2] * tau[None, :]).reshape(-1)
+        yaw = np.concatenate([yaw, states[-1:, 2]])
+        centres = self._disc_centres(np.concatenate([pts, yaw[:, None]], axis=1))  # (M, K, 2)
+        return float(np.min(np.asarray(field.distance(centres)) - self.discs[:, 2]))
 
     def _start(self, state: np.ndarray, warm_start: WarmStart | None, label: str | None) -> tuple[WarmStart, str]:
         n = self.config.N

@@ -1,7 +1,9 @@
 """The MPC's nonlinear program in CasADi, in the two forms the package solves (see `mnemo_mpc.planning.mpc`).
 
 The problem (module docstring of `mnemo_mpc.planning.mpc`): unicycle dynamics x_{k+1} = f(x_k, u_k), control bounds,
-rate bounds |u_k - u_{k-1}| <= (a_max, alpha_max) dt, clearance esdf(p_k) >= radius + margin, and a cost that is a
+rate bounds |u_k - u_{k-1}| <= (a_max, alpha_max) dt, clearance esdf(c_kd) >= r_d + margin for each covering disc d
+of the footprint (centre c_kd = p_k + R(yaw_k) o_d, `planning.footprint`; one disc at o = 0 for a round robot), and
+a cost that is a
 sum of squares, cost = |r(x, u)|^2, with the residuals
 
     r = ( sqrt(w_track) (p_k - ref_k),  sqrt(w_goal) (p_N - g),  sqrt(2 w_yaw h) sin((yaw_N - yaw_g) / 2),
@@ -137,6 +139,24 @@ def _spline_clearance(qx: Any, qy: Any, c16: Any) -> Any:
     return ca.sum1(c16 * weights).T
 
 
+def _disc_centres(xs: Any, offsets: np.ndarray) -> list[Any]:
+    """Map-frame centres c_d = p + R(yaw) o_d (2 x 1 each) of the covering discs of a robot at pose `xs` (SX, 3).
+
+    A disc at the origin is p itself, so a round robot's NLP is the same expression graph as before footprints."""
+    c, s = ca.cos(xs[2]), ca.sin(xs[2])
+    return [
+        xs[0:2] if ox == 0.0 and oy == 0.0 else xs[0:2] + ca.vertcat(c * ox - s * oy, s * ox + c * oy)
+        for ox, oy in np.asarray(offsets, dtype=float)
+    ]
+
+
+def _check_offsets(disc_offsets: Any) -> np.ndarray:
+    offsets = np.asarray(disc_offsets, dtype=float)
+    if offsets.ndim != 2 or offsets.shape[1] != 2 or offsets.shape[0] < 1 or not np.all(np.isfinite(offsets)):
+        raise ValueError(f"disc_offsets: expected a finite (K >= 1, 2) array, got shape {offsets.shape}")
+    return offsets
+
+
 def _rollout(state: Any, U: Any, dt: float) -> Any:
     """States (3, N+1) of the unicycle from `state` under controls U (2, N) (`robot.unicycle_step`)."""
     xs = [state]
@@ -180,7 +200,9 @@ def _gather_coefficients(cells: Any, coeffs: Any, n: int, cols: int) -> Any:
 
 @dataclass
 class CondensedNLP:
-    """min_U |r(X(U), U)|^2  s.t.  lbg <= g(U) = [rates (2N); clearance (N)] <= ubg,  lbu <= U <= ubu.
+    """min_U |r(X(U), U)|^2  s.t.  lbg <= g(U) = [rates (2N); clearance (K N)] <= ubg,  lbu <= U <= ubu.
+
+    The clearance rows are knot-major: row k K + d is disc d at knot k + 1 (K covering discs of the footprint).
 
     X(U) = (x_1..x_N) is the rollout x_{k+1} = F(x_k, u_k) from the current state x_0. With S = dX/dU (the rollout's
     sensitivity, by the forward recursion S_{k+1} = A_k S_k + B_k e_k, A_k, B_k = dF/dx, dF/du at stage k) and the
@@ -195,7 +217,7 @@ class CondensedNLP:
     derivative is a small SX function applied with CasADi's `map`/`mapaccum`, so the compiled code is a few loops:
     unrolled over the horizon it was ~1.5 MB of C (20 s to build, and slow from cold caches).
 
-    Functions (inputs x = vec(U) (2N), p; lam_g (3N) where stated):
+    Functions (inputs x = vec(U) (2N), p; lam_g ((2 + K) N) where stated):
     `check` (+ lam_g) -> f, g, grad_x (f + lam_g^T g): the convergence test (no S);
     `eval` -> grad_f, jac_g^T, S^T, and the terminal residuals' Jacobian (3 x 3, for Gauss-Newton), before a QP;
     `hess_w` (+ lam_g) -> the blocks of H_w: hxx (3 x 3N, x_1..x_N), hxu (3 x 2N, x_k with u_k), huu (2 x 2N, u_k);
@@ -209,6 +231,7 @@ class CondensedNLP:
     hess_u: np.ndarray
     w_track: float
     nlp: dict[str, Any]
+    discs: int = 1
 
     @property
     def nx(self) -> int:
@@ -216,10 +239,16 @@ class CondensedNLP:
 
     @property
     def ng(self) -> int:
-        return 3 * self.N
+        return (2 + self.discs) * self.N
 
 
-def condensed(n: int, dt: float, grid_shape: tuple[int, int], weights: CostWeights) -> CondensedNLP:
+def condensed(
+    n: int, dt: float, grid_shape: tuple[int, int], weights: CostWeights, disc_offsets: Any = ((0.0, 0.0),)
+) -> CondensedNLP:
+    """The condensed NLP; `disc_offsets` (K, 2): the covering discs' centres in the robot frame (radii enter as the
+    clearance rows' lower bounds, `SQPMPC`)."""
+    offsets = _check_offsets(disc_offsets)
+    k_discs = offsets.shape[0]
     layout = ParamLayout(n, grid_shape)
     rows, cols = layout.spline_shape
     w = weights
@@ -237,25 +266,27 @@ def condensed(n: int, dt: float, grid_shape: tuple[int, int], weights: CostWeigh
     l_k = ca.SX.sym("l", 3)
     adjoint_step = ca.Function("mpc_adjoint_step", [a, l_k, a_k], [l_k + a_k.T @ a])
     bta = ca.Function("mpc_bta", [b_k, a], [b_k.T @ a])
-    dcs = ca.SX.sym("dc", 3)
+    dcs = ca.SX.sym("dc", 3, k_discs)
     jac_row = ca.Function("mpc_jac_row", [dcs, s_k], [dcs.T @ s_k])
 
-    # Per knot: tracking cost and spline clearance at x_k, with derivatives in x_k (c16: the knot's coefficients).
-    geom, ref_k, c16, lam_c = ca.SX.sym("geom", 5), ca.SX.sym("ref", 2), ca.SX.sym("c16", 16), ca.SX.sym("lam_c")
+    # Per knot: tracking cost and the K discs' spline clearances at x_k, with derivatives in x_k (c16: the 16 gathered
+    # coefficients of each disc, stacked).
+    geom, ref_k = ca.SX.sym("geom", 5), ca.SX.sym("ref", 2)
+    c16, lam_c = ca.SX.sym("c16", 16 * k_discs), ca.SX.sym("lam_c", k_discs)
     hk = {"origin": geom[0:2], "rot": geom[2:4], "inv_res": geom[4]}
-    qx, qy = _spline_coordinates(xs[0:2], hk, layout.spline_shape)
-    clearance = _spline_clearance(qx, qy, c16)
-    cell = ca.floor(qx) + cols * ca.floor(qy)
+    q = [_spline_coordinates(c, hk, layout.spline_shape) for c in _disc_centres(xs, offsets)]
+    clearance = ca.vertcat(*[_spline_clearance(qx, qy, c16[16 * d : 16 * d + 16]) for d, (qx, qy) in enumerate(q)])
+    cell = ca.vertcat(*[ca.floor(qx) + cols * ca.floor(qy) for qx, qy in q])
     f_track = w.w_track * ca.sumsqr(xs[0:2] - ref_k)
     knot_cell = ca.Function("mpc_knot_cell", [xs, geom], [cell])
     knot_val = ca.Function("mpc_knot_val", [xs, c16, geom, ref_k], [f_track, clearance])
     knot_grad = ca.Function(
         "mpc_knot_grad",
         [xs, c16, geom, ref_k],
-        [f_track, clearance, ca.gradient(f_track, xs), ca.gradient(clearance, xs)],
+        [f_track, clearance, ca.gradient(f_track, xs), ca.jacobian(clearance, xs).T],
     )
     knot_hess = ca.Function(
-        "mpc_knot_hess", [xs, c16, geom, ref_k, lam_c], [ca.hessian(f_track + lam_c * clearance, xs)[0]]
+        "mpc_knot_hess", [xs, c16, geom, ref_k, lam_c], [ca.hessian(f_track + ca.dot(lam_c, clearance), xs)[0]]
     )
 
     # Terminal: goal position and heading; controls: effort and rate smoothness (quadratic in U).
@@ -293,29 +324,33 @@ def condensed(n: int, dt: float, grid_shape: tuple[int, int], weights: CostWeigh
     rates_jac = np.array(ca.evalf(ca.densify(ca.jacobian(rates, u_vec))))
 
     # --- the MX graphs -------------------------------------------------------------------------------------------
-    um, p, lam = ca.MX.sym("x", 2 * n), ca.MX.sym("p", layout.size), ca.MX.sym("lam_g", 3 * n)
+    um, p, lam = ca.MX.sym("x", 2 * n), ca.MX.sym("p", layout.size), ca.MX.sym("lam_g", (2 + k_discs) * n)
     head, coeffs = p[: layout.head_size], p[layout.head_size :]
     h = _unpack_head(head, n)
     geom_m = ca.vertcat(h["origin"], h["rot"], h["inv_res"])
     U = ca.reshape(um, 2, n)
     x1 = step.mapaccum("mpc_rollout_acc", n)(h["state"], U)  # (3, N): x_1..x_N
     x_prev = ca.horzcat(h["state"], x1[:, : n - 1])  # x_0..x_{N-1}
-    c16_all = _gather_coefficients(knot_cell.map(n)(x1, geom_m), coeffs, n, cols)
-    lam_rates, lam_clr = lam[: 2 * n], lam[2 * n :]
+    cells = ca.reshape(knot_cell.map(n)(x1, geom_m), 1, k_discs * n)  # knot-major (disc fastest)
+    c16_all = ca.reshape(_gather_coefficients(cells, coeffs, k_discs * n, cols), 16 * k_discs, n)
+    lam_rates, lam_clr = lam[: 2 * n], ca.reshape(lam[2 * n :], k_discs, n)
 
     # values only (the merit and the convergence test's f, g)
     ft_v, clr_v = knot_val.map(n)(x1, c16_all, geom_m, h["ref"])
     fu_v, rates_v, dfu_v, _ = controls(U, h["u_prev"], ca.MX.zeros(2 * n))
     f_val = ca.sum2(ft_v) + terminal(x1[:, n - 1], h["goal"], h["heading_on"])[0] + fu_v
-    g_val = ca.vertcat(rates_v, clr_v.T)
+    g_val = ca.vertcat(rates_v, ca.vec(clr_v))
     # first and second derivatives
-    _, _, dft, dclr = knot_grad.map(n)(x1, c16_all, geom_m, h["ref"])  # (3, N) each
+    _, _, dft, dclr = knot_grad.map(n)(x1, c16_all, geom_m, h["ref"])  # (3, N), (3, K N)
     _, dfT, d2fT, jT = terminal(x1[:, n - 1], h["goal"], h["heading_on"])
     _, _, dfu, dlam_rates = controls(U, h["u_prev"], lam_rates)
     a_all, b_all = stage_ab.map(n)(x_prev, U)  # A_0..A_{N-1} (3 x 3N), B_0..B_{N-1} (3 x 2N)
     # dl/dx_k for the adjoint: tracking + terminal + lam_clr clearance
     terminal_col = ca.horzcat(ca.MX.zeros(3, n - 1), dfT)
-    l_x = dft + terminal_col + dclr * ca.repmat(lam_clr.T, 3, 1)
+    weighted = dclr * ca.repmat(ca.reshape(lam_clr, 1, k_discs * n), 3, 1)  # lam_kd dc_kd/dx_k, (3, K N)
+    if k_discs > 1:  # sum each knot's K discs
+        weighted = ca.mtimes(weighted, ca.DM(np.kron(np.eye(n), np.ones((k_discs, 1)))))
+    l_x = dft + terminal_col + weighted
     # backward recursion over k = N..1 with A_N = 0 (x_N feeds no stage)
     a_rev = ca.horzcat(ca.MX.zeros(3, 3), _reverse_blocks(a_all, n, 3)[:, : 3 * (n - 1)])  # A_N := 0, A_{N-1}..A_1
     adj_rev = adjoint_step.mapaccum("mpc_adjoint_acc", n)(ca.MX.zeros(3, 1), _reverse_cols(l_x, n), a_rev)
@@ -328,11 +363,12 @@ def condensed(n: int, dt: float, grid_shape: tuple[int, int], weights: CostWeigh
     sens = ca.vertcat(*ca.horzsplit(s_rows, 2 * n))  # (3N, 2N)
     grad_x = dft + terminal_col  # df/dx_k
     grad_f = dfu_v + ca.mtimes(sens.T, ca.vec(grad_x))
-    jac_clr = ca.reshape(jac_row.map(n)(dclr, s_rows), 2 * n, n).T
+    jac_blocks = jac_row.map(n)(dclr, s_rows)  # [dc_1^T S_1 .. dc_N^T S_N], (K, 2N) each
+    jac_clr = ca.reshape(jac_blocks, 2 * n, n).T if k_discs == 1 else ca.vertcat(*ca.horzsplit(jac_blocks, 2 * n))
     jac_g = ca.vertcat(ca.DM(rates_jac), jac_clr)
 
     # Hessian blocks of H_w: per x_k (k = 1..N), x_k-u_k (k = 1..N-1), per u_k (k = 0..N-1).
-    hxx_knot = knot_hess.map(n)(x1, c16_all, geom_m, h["ref"], lam_clr.T)
+    hxx_knot = knot_hess.map(n)(x1, c16_all, geom_m, h["ref"], lam_clr)
     hxx_knot += ca.horzcat(ca.MX.zeros(3, 3 * (n - 1)), d2fT)
     cxx, cxu, cuu = stage_curv.map(n)(x_prev, U, adj)  # stage j weighted by a_{j+1} (= -mu_j)
     hxx = hxx_knot + ca.horzcat(cxx[:, 3:], ca.MX.zeros(3, 3))  # stage j >= 1 acts on x_j; x_N feeds none
@@ -357,7 +393,8 @@ def condensed(n: int, dt: float, grid_shape: tuple[int, int], weights: CostWeigh
     functions["rollout"] = ca.Function(
         "mpc_rollout", [u_sx, head_sx], [_rollout(hx["state"], ca.reshape(u_sx, 2, n), dt)], ["x", "head"], ["states"]
     )
-    return CondensedNLP(n, layout, functions, hess_u, w.w_track, {"x": um, "p": p, "f": f_val, "g": g_val})
+    nlp = {"x": um, "p": p, "f": f_val, "g": g_val}
+    return CondensedNLP(n, layout, functions, hess_u, w.w_track, nlp, k_discs)
 
 
 def _reverse_cols(m: Any, n: int) -> Any:
@@ -372,7 +409,7 @@ def _reverse_blocks(m: Any, n: int, width: int) -> Any:
 
 @dataclass
 class MultipleShootingNLP:
-    """min_{X,U} |r|^2  s.t.  [dynamics (3N) = 0; rates (2N); clearance (N)], bounds; variables [vec(X); vec(U)].
+    """min_{X,U} |r|^2  s.t.  [dynamics (3N) = 0; rates (2N); clearance (K N)], bounds; variables [vec(X); vec(U)].
 
     `nlp` for `nlpsol`; `functions` = {"jac_fg", "hess_lag"} in sqpmethod's signatures (derivatives built in SX:
     letting CasADi differentiate the MX gather graph cost ~0.6 ms per SQP iteration).
@@ -382,18 +419,29 @@ class MultipleShootingNLP:
     layout: ParamLayout
     functions: dict[str, Any]
     nlp: dict[str, Any]
+    discs: int = 1
 
 
-def multiple_shooting(n: int, dt: float, grid_shape: tuple[int, int], weights: CostWeights) -> MultipleShootingNLP:
+def multiple_shooting(
+    n: int, dt: float, grid_shape: tuple[int, int], weights: CostWeights, disc_offsets: Any = ((0.0, 0.0),)
+) -> MultipleShootingNLP:
+    offsets = _check_offsets(disc_offsets)
+    k_discs = offsets.shape[0]
     layout = ParamLayout(n, grid_shape)
     rows, cols = layout.spline_shape
     X = ca.SX.sym("X", 3, n + 1)
     U = ca.SX.sym("U", 2, n)
     head = ca.SX.sym("head", layout.head_size)
     h = _unpack_head(head, n)
-    qx, qy = _spline_coordinates(X[0:2, 1:], h, layout.spline_shape)
+    # Disc centres knot-major (disc fastest), as the condensed form's clearance rows.
+    centres = (
+        X[0:2, 1:]
+        if k_discs == 1 and not offsets.any()
+        else ca.horzcat(*[c for k in range(1, n + 1) for c in _disc_centres(X[:, k], offsets)])
+    )
+    qx, qy = _spline_coordinates(centres, h, layout.spline_shape)
     knot_cells = ca.Function("ms_knot_cells", [X, head], [ca.floor(qx) + cols * ca.floor(qy)])
-    c16 = ca.SX.sym("c16", 16, n)
+    c16 = ca.SX.sym("c16", 16, k_discs * n)
     nxt = unicycle_step([X[0, :-1], X[1, :-1], X[2, :-1]], [U[0, :], U[1, :]], dt, ca.cos, ca.sin)
     dyn = ca.reshape(ca.vertcat(X[0, 1:] - nxt[0], X[1, 1:] - nxt[1], X[2, 1:] - nxt[2]), 3 * n, 1)
     g = ca.vertcat(dyn, ca.vec(_rates(U, h["u_prev"])), _spline_clearance(qx, qy, c16))
@@ -411,7 +459,7 @@ def multiple_shooting(n: int, dt: float, grid_shape: tuple[int, int], weights: C
     Um = ca.reshape(xm[3 * (n + 1) :], 2, n)
     p = ca.MX.sym("p", layout.size)
     hm, coeffs = p[: layout.head_size], p[layout.head_size :]
-    gathered = _gather_coefficients(knot_cells(Xm, hm), coeffs, n, cols)
+    gathered = _gather_coefficients(knot_cells(Xm, hm), coeffs, k_discs * n, cols)
     lfm, lgm = ca.MX.sym("lam_f"), ca.MX.sym("lam_g", g.shape[0])
     functions = {
         "jac_fg": ca.Function(
@@ -426,7 +474,7 @@ def multiple_shooting(n: int, dt: float, grid_shape: tuple[int, int], weights: C
         ),
     }
     f_mx, g_mx = core(Xm, Um, hm, gathered)
-    return MultipleShootingNLP(n, layout, functions, {"x": xm, "p": p, "f": f_mx, "g": g_mx})
+    return MultipleShootingNLP(n, layout, functions, {"x": xm, "p": p, "f": f_mx, "g": g_mx}, k_discs)
 
 
 class CondensedEvaluator:
