@@ -10,6 +10,7 @@ import pytest
 from mnemo_mpc.errors import InfeasibleProblemError
 from mnemo_mpc.planning import nlp as nlp_forms
 from mnemo_mpc.planning.esdf import DistanceField
+from mnemo_mpc.planning.footprint import Footprint
 from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.planning.mpc import SQPMPC, MPCConfig, robot_discs
 from mnemo_mpc.planning.robot import RobotModel
@@ -25,15 +26,8 @@ def rectangle_discs(length: float, width: float, k: int) -> np.ndarray:
     return np.column_stack([centres, np.zeros(k), np.full(k, math.hypot(half, width / 2))])
 
 
-class RectRobot(RobotModel):
-    """The default limits with a rectangle's covering discs (the profiles' footprint support builds these)."""
-
-    @property
-    def discs(self) -> np.ndarray:
-        return rectangle_discs(LENGTH, WIDTH, 3)
-
-
-RECT = RectRobot(radius=math.hypot(LENGTH, WIDTH) / 2)
+# The Jackal profile's footprint with the profiles' default cover (12 discs within 0.02 m of the box).
+RECT = RobotModel.from_footprint(Footprint.rectangle(LENGTH, WIDTH))
 
 
 def corridor_field(gap: float) -> DistanceField:
@@ -49,7 +43,8 @@ def corridor_field(gap: float) -> DistanceField:
 
 def test_robot_discs_default_is_one_centred_disc():
     np.testing.assert_array_equal(robot_discs(RobotModel()), [[0.0, 0.0, RobotModel().radius]])
-    np.testing.assert_allclose(robot_discs(RECT), rectangle_discs(LENGTH, WIDTH, 3))
+    np.testing.assert_allclose(robot_discs(RECT), RECT.discs)
+    assert robot_discs(RECT).shape[0] > 1 and RECT.radius == pytest.approx(math.hypot(LENGTH, WIDTH) / 2)
 
 
 def test_condensed_derivatives_with_three_discs_match_finite_differences():
@@ -106,8 +101,8 @@ def test_every_disc_keeps_its_clearance_and_both_forms_agree(rect_mpc):
 
 
 def test_rectangle_passes_a_gap_its_circumscribed_circle_cannot(rect_mpc):
-    """0.65 m between the walls: the 3-disc cover (0.462 m wide, + 0.05 margin each side) fits; the circumscribed
-    circle (0.667 m) does not even fit at the corridor's centre."""
+    """0.65 m between the walls: the disc cover (0.470 m wide, + 0.05 margin each side) fits; the circumscribed
+    circle (0.666 m) does not even fit at the corridor's centre."""
     field = corridor_field(0.64)
     state, goal = np.array([-0.9, 0.0, 0.0]), np.array([1.0, 0.0, 0.0])
     pose, velocity, warm = state, np.zeros(2), None

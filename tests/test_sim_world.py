@@ -85,3 +85,26 @@ def test_rays_hit_exactly_the_grid_walls():
         assert checked > 100
     finally:
         pb.disconnect(client)
+
+
+def test_moving_obstacles_become_bodies_of_their_shape_where_they_start():
+    from mnemo_mpc.planning.worlds import MovingObstacle, World
+    from mnemo_mpc.sim.world import StaticGeometryConfig, build_moving_obstacles
+
+    w = generate_world(0, kind="open")
+    cyl = MovingObstacle("cylinder", (0.25, 0.25), (3.0, 3.0), (5.0, 3.0), speed=0.3, phase=0.25)
+    box = MovingObstacle("box", (0.3, 0.1), (6.0, 6.0), (6.0, 8.0), speed=0.3, yaw=0.5)
+    world = World(w.grid, w.start, w.goal, seed=0, kind="open", moving=(cyl, box))
+    client = pb.connect(pb.DIRECT)
+    try:
+        bodies = build_moving_obstacles(client, world, StaticGeometryConfig(wall_height_m=0.5))
+        assert len(bodies) == 2
+        (c_shape,), (b_shape,) = (pb.getCollisionShapeData(b, -1, physicsClientId=client) for b in bodies)
+        assert c_shape[2] == pb.GEOM_CYLINDER and c_shape[3][:2] == pytest.approx((0.5, 0.25))  # height, radius
+        assert b_shape[2] == pb.GEOM_BOX and b_shape[3] == pytest.approx((0.6, 0.2, 0.5))  # full extents
+        (x, y, z), quat = pb.getBasePositionAndOrientation(bodies[0], physicsClientId=client)
+        assert (x, y, z) == pytest.approx((4.0, 3.0, 0.25))  # a quarter of the round trip: half way to b
+        _, quat = pb.getBasePositionAndOrientation(bodies[1], physicsClientId=client)
+        assert pb.getEulerFromQuaternion(quat)[2] == pytest.approx(0.5)
+    finally:
+        pb.disconnect(client)

@@ -99,6 +99,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-compile", action="store_true", help="interpreted CasADi functions for our SQP")
     parser.add_argument("--sigmas", default=None, help="comma-separated perturbation levels (fractions of range)")
     parser.add_argument("--plot", default=None, help="PNG of iterations and time vs start error (default: OUT.png)")
+    parser.add_argument(
+        "--params",
+        default=None,
+        help="robot profile / node parameter file (config/robots/*.yaml): its footprint and limits",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> SQPBenchConfig:
@@ -120,6 +125,10 @@ def config_from_args(args: argparse.Namespace) -> SQPBenchConfig:
             raise InputError(f"bench sqp: --sigmas must lie in (0, 1], got {args.sigmas!r}")
     cfg = replace(cfg, seed=args.seed, clock=args.clock, mpc=mpc, baseline_mpc=base, baseline=args.baseline)
     cfg = replace(cfg, sigmas=tuple(sorted(sigmas)))
+    if args.params is not None:
+        from mnemo_mpc.ros.params import NavParams
+
+        cfg = replace(cfg, robot=NavParams.from_yaml(args.params).robot_model())
     if args.problems is not None:
         cfg = replace(cfg, problems=args.problems)
     if args.steps is not None:
@@ -145,7 +154,17 @@ def make_problems(cfg: SQPBenchConfig) -> list[Problem]:
     from mnemo_mpc.planning.worlds import WorldConfig, generate_world
 
     robot = cfg.robot
-    wcfg = WorldConfig(difficulty=cfg.difficulty, robot_radius_m=robot.radius, safety_margin_m=robot.safety_margin)
+    # Corridors at least as wide as the robot's narrowest door (the default's for the default robot, wider for a
+    # larger one; the footprint enters the generator as its circumscribed radius).
+    lo, hi = WorldConfig().corridor_width_m
+    wcfg = WorldConfig(
+        difficulty=cfg.difficulty,
+        robot_radius_m=robot.radius,
+        safety_margin_m=robot.safety_margin,
+        corridor_width_m=(1e3, 1e3),
+    )
+    door = wcfg.door_width_min_m
+    wcfg = replace(wcfg, corridor_width_m=(max(lo, door), max(hi, door + hi - lo)))
     problems = []
     for i in range(cfg.problems):
         kind = cfg.kinds[i % len(cfg.kinds)]

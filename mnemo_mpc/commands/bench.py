@@ -69,6 +69,8 @@ def handler(args: argparse.Namespace) -> int:
         _args.check_distinct({"--out": out, "--plot": plot})
     if getattr(args, "model", None) is not None:
         _args.check_input_file(args.model, "--model")
+    if getattr(args, "params", None) is not None:
+        _args.check_input_file(args.params, "--params")
     module = importlib.import_module(args.bench_module)
     config = module.config_from_args(args)
     result = module.run(config, progress=not args.no_progress)

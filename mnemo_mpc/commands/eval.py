@@ -1,5 +1,7 @@
-"""`mnemo-mpc eval (--worlds N --seed S | --map MAP.yaml --start x,y,yaw --goal x,y,yaw | --scenarios FILE.json)
---out FILE.json`: closed-loop navigation episodes and their success / collision / timeout rates.
+"""`mnemo-mpc eval (--worlds N --seed S [--world-kinds K,...] [--moving-obstacles M] | --map MAP.yaml --start x,y,yaw
+--goal x,y,yaw | --scenarios FILE.json) --out FILE.json`: closed-loop navigation episodes and their success /
+collision / timeout rates, collisions by cause (the robot drove into it / a moving obstacle ran into the robot), time
+ratio (time over global path length / v_max) and minimum clearance.
 
 A scenarios file is a JSON list of {"map", "start", "goal", "goal_tolerance_m", "time_limit_s"} with map paths
 relative to the file (the last two keys are optional).
@@ -19,6 +21,10 @@ from mnemo_mpc.warmstart import MODES
 SCENARIO_KEYS = ("map", "start", "goal")
 SCENARIO_OPTIONAL_KEYS = ("goal_tolerance_m", "time_limit_s", "name", "source")
 MAX_SCENARIOS_BYTES = 16 << 20  # a scenarios file lists maps by path; megabytes of JSON are not one
+# Generated-world families (mnemo_mpc.planning.worlds.ALL_KINDS, spelled out so that parsing imports no numpy; a
+# test keeps the two equal) and a cap on moving obstacles per world.
+WORLD_KINDS = ("rooms", "corridor", "doors", "clutter", "open", "mixed", "dense")
+MAX_MOVING_OBSTACLES = 50
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,6 +34,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     src.add_argument("--map", help="ROS map_server YAML (with --start and --goal)")
     src.add_argument("--scenarios", help="JSON list of {map, start, goal, goal_tolerance_m, time_limit_s}")
     p.add_argument("--seed", type=_args.seed, default=1000, help="first world seed with --worlds (default 1000)")
+    p.add_argument(
+        "--world-kinds",
+        type=world_kinds,
+        default=None,
+        help="comma-separated world families for --worlds, taken in turn (world i gets kind i mod K); 'any' is the "
+        "kind the seed draws (default: any). Families: any, " + ", ".join(WORLD_KINDS),
+    )
+    p.add_argument(
+        "--moving-obstacles",
+        type=_moving_count,
+        default=0,
+        help="moving obstacles per generated world (default 0)",
+    )
     p.add_argument("--start", type=_args.pose, help="x,y,yaw with --map")
     p.add_argument("--goal", type=_args.pose, help="x,y,yaw with --map")
     p.add_argument("--goal-tolerance", type=_args.distance_m, default=0.25, help="metres (default 0.25)")
@@ -38,6 +57,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="result JSON")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=handler)
+
+
+def world_kinds(text: str) -> tuple[str | None, ...]:
+    """argparse type of --world-kinds: a comma-separated list of families, None for 'any' (the seed's own kind)."""
+    items = [k.strip() for k in text.split(",")]
+    bad = [k for k in items if k != "any" and k not in WORLD_KINDS]
+    if not items or bad:
+        raise argparse.ArgumentTypeError(f"expected families from any, {', '.join(WORLD_KINDS)}; got {text!r}")
+    return tuple(None if k == "any" else k for k in items)
+
+
+def _moving_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_MOVING_OBSTACLES:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, {MAX_MOVING_OBSTACLES}], got {text!r}")
+    return value
 
 
 def add_warmstart_arguments(p: argparse.ArgumentParser) -> None:
@@ -128,6 +166,10 @@ def handler(args: argparse.Namespace) -> int:
     _args.check_warmstart(args)
     if args.map is None and (args.start is not None or args.goal is not None):
         raise InputError(f"{'--start' if args.start is not None else '--goal'}: only with --map")
+    if args.worlds is None and (args.world_kinds is not None or args.moving_obstacles):
+        raise InputError(
+            f"{'--world-kinds' if args.world_kinds is not None else '--moving-obstacles'}: only with --worlds"
+        )
     scen: list[dict[str, Any]] = []
     if args.map is not None:
         scen = [
@@ -153,10 +195,14 @@ def handler(args: argparse.Namespace) -> int:
     # Each job: (label, make_world callable, goal tolerance, time limit).
     jobs: list[tuple[str, Any, float, float | None]] = []
     if args.worlds is not None:
-        from mnemo_mpc.planning.worlds import generate_world
+        from mnemo_mpc.planning.worlds import WorldConfig, generate_world
 
-        for seed in range(args.seed, args.seed + args.worlds):
-            jobs.append((f"seed {seed}", lambda s=seed: generate_world(s), args.goal_tolerance, args.time_limit))
+        kinds = args.world_kinds or (None,)
+        world_cfg = WorldConfig(moving_obstacles=args.moving_obstacles)
+        # Every world is generated (and its kind's passages checked) before the first episode runs.
+        for i, seed in enumerate(range(args.seed, args.seed + args.worlds)):
+            world = generate_world(seed, world_cfg, kind=kinds[i % len(kinds)])
+            jobs.append((f"seed {seed}", lambda w=world: w, args.goal_tolerance, args.time_limit))
     else:
         from mnemo_mpc.sim.world import load_map_world
 
@@ -192,15 +238,30 @@ def handler(args: argparse.Namespace) -> int:
 
     n = len(episodes)
     ok = [e for e in episodes if e["success"]]
+    clearances = [e["min_clearance_m"] for e in episodes if e["min_clearance_m"] is not None]
     summary = {
         "version": __version__,
-        "source": {"worlds": args.worlds, "seed": args.seed, "map": args.map, "scenarios": args.scenarios},
+        "source": {
+            "worlds": args.worlds,
+            "seed": args.seed,
+            "world_kinds": [k or "any" for k in args.world_kinds or (None,)] if args.worlds is not None else None,
+            "moving_obstacles": args.moving_obstacles if args.worlds is not None else None,
+            "map": args.map,
+            "scenarios": args.scenarios,
+        },
         "n_episodes": n,
         "success_rate": sum(e["success"] for e in episodes) / n,
         "collision_rate": sum(e["collision"] for e in episodes) / n,
         "timeout_rate": sum(e["timeout"] for e in episodes) / n,
         "mean_time_s": float(np.mean([e["time_s"] for e in ok])) if ok else None,
         "mean_path_length_m": float(np.mean([e["path_length_m"] for e in ok])) if ok else None,
+        "robot_caused_collision_rate": sum(e["collisions_robot_caused"] for e in episodes) / n,
+        "obstacle_caused_collision_rate": sum(e["collisions_obstacle_caused"] for e in episodes) / n,
+        # Successful episodes' time over global path length / v_max, and every episode's minimum clearance.
+        "time_ratio": percentiles([e["time_ratio"] for e in ok if e["time_ratio"] is not None], 3),
+        "min_clearance_m": percentiles(clearances, 4),
+        "min_clearance_p5_m": _p5(clearances),
+        "min_clearance_min_m": round(min(clearances), 4) if clearances else None,
         "warmstart": controller.config.warm_start,
         "model": getattr(controller.warm_start_provider, "describe", lambda: None)(),
         "starts_used": starts,
@@ -222,5 +283,16 @@ def handler(args: argparse.Namespace) -> int:
         f"p95 {summary['step_iterations']['p95']}, "
         f"solve ms p50 {summary['step_solve_time_ms']['p50']} p95 {summary['step_solve_time_ms']['p95']}"
     )
+    print(
+        f"collisions caused by the robot {summary['robot_caused_collision_rate']:.3f}, by an obstacle "
+        f"{summary['obstacle_caused_collision_rate']:.3f}; time ratio p50 {summary['time_ratio']['p50']}; "
+        f"min clearance p50 {summary['min_clearance_m']['p50']} m, min {summary['min_clearance_min_m']} m"
+    )
     print(f"wrote {args.out}")
     return 0
+
+
+def _p5(values: list[float]) -> float | None:
+    import numpy as np
+
+    return round(float(np.percentile(values, 5)), 4) if values else None

@@ -241,14 +241,9 @@ def _shift_duals(lam_g: np.ndarray, lam_x: np.ndarray, n: int) -> tuple[np.ndarr
 
 
 def robot_discs(robot: RobotModel) -> np.ndarray:
-    """The covering discs (K, 3) = (ox, oy, r) of the robot's footprint in its own frame (x forward): `robot.discs`
-    where the robot model has a footprint, else one disc of `robot.radius` at the centre."""
-    discs = getattr(robot, "discs", None)
-    if callable(discs):
-        discs = discs()
-    if discs is None:
-        return np.array([[0.0, 0.0, float(robot.radius)]])
-    discs = np.asarray(discs, dtype=float).reshape(-1, 3)
+    """The covering discs (K, 3) = (ox, oy, r) of the robot's footprint in its own frame (x forward), as
+    `RobotModel.discs` fits them (`planning.footprint`); one disc of `robot.radius` at the centre for a round robot."""
+    discs = np.asarray(robot.discs, dtype=float).reshape(-1, 3)
     if discs.shape[0] < 1 or not np.all(np.isfinite(discs)) or np.any(discs[:, 2] <= 0):
         raise InputError(f"robot discs: expected (K >= 1, 3) finite (ox, oy, r > 0), got {discs.tolist()}")
     return discs

@@ -1,4 +1,5 @@
-"""Differential-drive (unicycle) robot: state (x, y, yaw), control (v, w), limits and circular footprint.
+"""Differential-drive (unicycle) robot: state (x, y, yaw), control (v, w), limits and footprint (a disc or a convex
+polygon, enforced through the covering discs of `mnemo_mpc.planning.footprint`).
 
 Seed 002 §5.2: the robot "navigates using linear and angular velocity control"; the paper gives no model, so we use
 the standard unicycle with a second-order (midpoint-heading) discretisation, which is exact in yaw, smooth in the
@@ -9,11 +10,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
 from mnemo_mpc.errors import InputError
+from mnemo_mpc.planning.footprint import DEFAULT_COVER_TOLERANCE_M, DiscCover, Footprint
 
 
 def unicycle_step(state: Any, control: Any, dt: float, cos: Any = np.cos, sin: Any = np.sin) -> tuple[Any, Any, Any]:
@@ -32,9 +35,13 @@ def unicycle_step(state: Any, control: Any, dt: float, cos: Any = np.cos, sin: A
 class RobotModel:
     """Unicycle with TurtleBot-2-like limits (Kobuki: 0.7 m/s, ~3 rad/s peak; we stay conservative indoors).
 
-    `radius` is the circular footprint; `safety_margin` is added to it in the clearance constraint
-    clearance(x_k) >= radius + safety_margin. Acceleration limits bound |u_k - u_{k-1}| / dt, including the step
-    from the robot's current velocity to u_0.
+    Footprint: `footprint` is a convex polygon's vertices in the robot frame (x forward; Nav2's `footprint`), or empty
+    for a disc of `radius` (Nav2's `robot_radius`; the default 0.2 m disc). `radius` is always the circumscribed
+    radius (for a polygon it must equal the polygon's: build one with `from_footprint`). The MPC enforces the
+    footprint through `discs` (K, 3) = (ox, oy, r), which cover it and stick out of it by at most
+    `footprint_tolerance`: clearance(p_k + R(yaw_k) o_d) >= r_d + safety_margin for every disc d; a disc robot has
+    the single disc (0, 0, radius), which is the constraint clearance(x_k) >= radius + safety_margin.
+    Acceleration limits bound |u_k - u_{k-1}| / dt, including the step from the robot's current velocity to u_0.
     """
 
     radius: float = 0.2
@@ -44,12 +51,36 @@ class RobotModel:
     w_max: float = 1.5
     a_max: float = 1.0
     alpha_max: float = 3.0
+    footprint: tuple[tuple[float, float], ...] = ()
+    footprint_tolerance: float = DEFAULT_COVER_TOLERANCE_M
+
+    @classmethod
+    def from_footprint(cls, footprint: Footprint, **limits: Any) -> RobotModel:
+        """The robot with `footprint` (a circle or a polygon) and the other fields from `limits`."""
+        if footprint.is_circle:
+            return cls(radius=footprint.radius, **limits)
+        return cls(radius=footprint.circumscribed_radius, footprint=footprint.vertices, **limits)
 
     def __post_init__(self) -> None:
-        for name in ("radius", "safety_margin", "v_min", "v_max", "w_max", "a_max", "alpha_max"):
+        names = ("radius", "safety_margin", "v_min", "v_max", "w_max", "a_max", "alpha_max", "footprint_tolerance")
+        for name in names:
             value = getattr(self, name)
             if not math.isfinite(value):
                 raise InputError(f"RobotModel.{name}: expected a finite number, got {value}")
+        if self.footprint_tolerance <= 0:
+            raise InputError(f"RobotModel.footprint_tolerance: expected > 0, got {self.footprint_tolerance}")
+        if self.footprint:
+            # Stored configs hold the vertices as JSON lists: keep the canonical (hashable, comparable) tuple form.
+            try:
+                shape = Footprint.polygon(self.footprint)
+            except InputError as exc:
+                raise InputError(f"RobotModel.{exc}") from exc
+            object.__setattr__(self, "footprint", shape.vertices)
+            if not math.isclose(self.radius, shape.circumscribed_radius, rel_tol=1e-9, abs_tol=1e-12):
+                raise InputError(
+                    f"RobotModel.radius: expected the footprint's circumscribed radius {shape.circumscribed_radius!r}"
+                    f" m, got {self.radius} (build it with RobotModel.from_footprint)"
+                )
         if self.radius <= 0 or self.safety_margin < 0:
             raise InputError(
                 f"RobotModel: expected radius > 0 and safety_margin >= 0, got {self.radius}, {self.safety_margin}"
@@ -61,8 +92,25 @@ class RobotModel:
 
     @property
     def clearance(self) -> float:
-        """Required distance from the robot centre to the nearest obstacle: radius + safety margin."""
+        """Required distance from the robot centre to the nearest obstacle: radius + safety margin (for a polygon
+        footprint, the circumscribed radius: enough at any heading, more than the discs need)."""
         return self.radius + self.safety_margin
+
+    @cached_property
+    def shape(self) -> Footprint:
+        """The footprint as a `Footprint`: the polygon, or the circle of `radius`."""
+        return Footprint(self.footprint) if self.footprint else Footprint.circle(self.radius)
+
+    @cached_property
+    def disc_cover(self) -> DiscCover:
+        """The covering discs with their stated bound and measured excess (`Footprint.cover`)."""
+        return self.shape.cover(self.footprint_tolerance)
+
+    @property
+    def discs(self) -> np.ndarray:
+        """Covering discs (K, 3) = (ox, oy, r) in the robot frame (x forward): each row is one clearance constraint
+        esdf(p + R(yaw) (ox, oy)) >= r + safety_margin; (1, 3) = [[0, 0, radius]] for a disc robot. A copy."""
+        return self.disc_cover.discs.copy()
 
     @property
     def control_lower(self) -> np.ndarray:

@@ -2,7 +2,10 @@
 
 The paper collects its SQP dataset by driving an MPC agent through thousands of indoor layouts "with narrow corridors
 and doors"; it does not publish the layouts, so this module generates them: rooms split by walls with doors, a
-corridor maze, an office (rooms off a corridor), clutter fields, open halls, and rooms with clutter ("mixed").
+corridor maze, an office (rooms off a corridor), clutter fields, open halls, and rooms with clutter ("mixed"). Named
+only, never drawn by a seed: "dense", blocks separated by passages 1.1-1.5x the robot's width (issue 10 item 5).
+Opt-in moving obstacles (`WorldConfig.moving_obstacles`): constant-speed boxes and cylinders going back and forth on
+free segments, part of the `World` so that a seed fixes their motion too.
 
 Every world is a ground-truth `OccupancyGrid` holding only FREE (0) and OCCUPIED (100), framed by closed outer walls,
 plus a start and goal pose. The generator guarantees that start and goal are joined by a path of the robot's disc
@@ -36,6 +39,12 @@ from mnemo_mpc.planning.robot import RobotModel
 log = logging.getLogger(__name__)
 
 KINDS: tuple[str, ...] = ("rooms", "corridor", "doors", "clutter", "open", "mixed")
+# Families generated only when named (`generate_world(kind=...)`, `eval --world-kinds`): a seed draws its kind from
+# KINDS alone, so adding a family here leaves every seed's world -- and every figure measured on seeds -- unchanged.
+EXTRA_KINDS: tuple[str, ...] = ("dense",)
+ALL_KINDS: tuple[str, ...] = KINDS + EXTRA_KINDS
+# Passages of the dense family, as multiples of the robot's width (issue 10 item 5).
+DENSE_PASSAGE_FACTORS: tuple[float, float] = (1.1, 1.5)
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,16 @@ class WorldConfig:
     min_start_goal_m: float = 5.0
     max_start_goal_m: float = 14.0
     max_attempts: int = 25
+    # Robot width across its direction of travel, which the dense family's passages are measured against; None: the
+    # disc footprint's diameter 2 * robot_radius_m.
+    robot_width_m: float | None = None
+    # Dense family: lattice blocks between passages (side in metres, smaller with difficulty).
+    dense_block_m: tuple[float, float] = (0.4, 1.2)
+    # Moving obstacles (opt-in): count per world, their speed and size (cylinder radius or box half-side).
+    moving_obstacles: int = 0
+    moving_speed_m_s: tuple[float, float] = (0.2, 0.5)
+    moving_size_m: tuple[float, float] = (0.15, 0.3)
+    moving_path_m: tuple[float, float] = (1.5, 5.0)  # length of the back-and-forth segment
 
     def __post_init__(self) -> None:
         if len(self.size_m) != 2 or min(self.size_m) < 3.0:
@@ -99,6 +118,41 @@ class WorldConfig:
                 f"{self.inflation_m:.2f}, got {self.endpoint_clearance_m}"
             )
 
+        if self.robot_width_m is not None and not (math.isfinite(self.robot_width_m) and self.robot_width_m > 0):
+            raise InputError(f"WorldConfig.robot_width_m: expected > 0 m or None, got {self.robot_width_m}")
+        if isinstance(self.moving_obstacles, bool) or not isinstance(self.moving_obstacles, int):
+            raise InputError(
+                f"WorldConfig.moving_obstacles: expected a count (int >= 0), got {self.moving_obstacles!r}"
+            )
+        if self.moving_obstacles < 0:
+            raise InputError(f"WorldConfig.moving_obstacles: expected >= 0, got {self.moving_obstacles}")
+        for name in ("dense_block_m", "moving_speed_m_s", "moving_size_m", "moving_path_m"):
+            lo, hi = getattr(self, name)
+            if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo <= hi):
+                raise InputError(f"WorldConfig.{name}: expected (lo, hi) with 0 < lo <= hi, got {(lo, hi)}")
+
+    @property
+    def width_m(self) -> float:
+        """The robot's width: `robot_width_m`, else the disc footprint's diameter."""
+        return 2.0 * self.robot_radius_m if self.robot_width_m is None else float(self.robot_width_m)
+
+    @property
+    def dense_passage_m(self) -> tuple[float, float]:
+        """(lo, hi) passage widths of the dense family: 1.1-1.5x the robot's width, and never so narrow that the
+        footprint plus margin on both sides cannot pass (clearance > inflation needs a gap of 2 * inflation plus one
+        cell at this resolution). Raises InputError when the two cannot both hold."""
+        f_lo, f_hi = DENSE_PASSAGE_FACTORS
+        lo = max(f_lo * self.width_m, 2.0 * self.inflation_m + self.resolution)
+        hi = f_hi * self.width_m
+        if int(math.floor(hi / self.resolution + 1e-9)) < int(math.ceil(lo / self.resolution - 1e-9)):
+            raise InputError(
+                f"WorldConfig: the dense family's passages ({f_lo}-{f_hi} x robot width {self.width_m:.3f} m = "
+                f"{f_lo * self.width_m:.3f}-{hi:.3f} m) are too narrow for the planner's disc footprint "
+                f"(radius {self.robot_radius_m:.3f} m + margin {self.safety_margin_m:.3f} m needs > "
+                f"{2 * self.inflation_m:.3f} m); use a finer resolution or a footprint whose radius fits its width"
+            )
+        return lo, hi
+
     @property
     def inflation_m(self) -> float:
         """Clearance the robot centre needs: footprint radius plus safety margin."""
@@ -107,6 +161,63 @@ class WorldConfig:
     @property
     def door_width_min_m(self) -> float:
         return 2.0 * self.inflation_m + self.door_extra_min_m
+
+
+@dataclass(frozen=True)
+class MovingObstacle:
+    """An obstacle going back and forth at constant `speed` (m/s) on the segment `a` -> `b` (map frame): a triangle
+    wave in time that starts `phase` (a fraction of one round trip) along it. `shape` "cylinder" has radius
+    `size[0]`; "box" has half extents `size` and a fixed heading `yaw`. The motion is a pure function of time, so a
+    world (and its seed) fixes it: every run of a world sees the same obstacle at the same place."""
+
+    shape: str
+    size: tuple[float, float]
+    a: tuple[float, float]
+    b: tuple[float, float]
+    speed: float
+    phase: float = 0.0
+    yaw: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.shape not in ("cylinder", "box"):
+            raise InputError(f"MovingObstacle.shape: expected 'cylinder' or 'box', got {self.shape!r}")
+        if len(self.size) != 2 or not all(math.isfinite(v) and v > 0 for v in self.size):
+            raise InputError(f"MovingObstacle.size: expected two positive half extents in metres, got {self.size}")
+        if not (math.isfinite(self.speed) and self.speed >= 0):
+            raise InputError(f"MovingObstacle.speed: expected >= 0 m/s, got {self.speed}")
+        if not np.all(np.isfinite(np.r_[self.a, self.b, self.phase, self.yaw])):
+            raise InputError(f"MovingObstacle a/b/phase/yaw: expected finite numbers, got {self}")
+
+    @property
+    def length_m(self) -> float:
+        return float(math.hypot(self.b[0] - self.a[0], self.b[1] - self.a[1]))
+
+    @property
+    def bounding_radius_m(self) -> float:
+        """Radius of the disc around the centre that holds the whole obstacle."""
+        return float(self.size[0] if self.shape == "cylinder" else math.hypot(*self.size))
+
+    def _fraction(self, t: float) -> tuple[float, float]:
+        """(fraction of the way from a to b, direction +1 towards b / -1 back to a) at time t."""
+        if self.length_m == 0 or self.speed == 0:
+            return 0.0, 0.0
+        period = 2.0 * self.length_m / self.speed
+        s = (t / period + self.phase) % 1.0
+        return (2.0 * s, 1.0) if s < 0.5 else (2.0 - 2.0 * s, -1.0)
+
+    def position(self, t: float) -> np.ndarray:
+        """Centre (x, y) at time t seconds."""
+        f, _ = self._fraction(float(t))
+        a, b = np.asarray(self.a, dtype=float), np.asarray(self.b, dtype=float)
+        return a + f * (b - a)
+
+    def velocity(self, t: float) -> np.ndarray:
+        """Velocity (vx, vy) in m/s at time t (one-sided at the turning points)."""
+        _, sign = self._fraction(float(t))
+        if sign == 0.0:
+            return np.zeros(2)
+        d = (np.asarray(self.b, dtype=float) - np.asarray(self.a, dtype=float)) / self.length_m
+        return sign * self.speed * d
 
 
 @dataclass(frozen=True, eq=False)
@@ -120,6 +231,7 @@ class World:
     seed: int
     kind: str
     config: WorldConfig | None = field(default=None, repr=False)
+    moving: tuple[MovingObstacle, ...] = ()  # obstacles that move (the grid holds only the static ones)
 
     @property
     def name(self) -> str:
@@ -186,6 +298,35 @@ def validate_world(
             f"no path for a {robot_radius_m:.2f} m radius robot (+{safety_margin_m:.2f} m margin) joins start "
             f"{np.asarray(start)[:2].tolist()} and goal {np.asarray(goal)[:2].tolist()}"
         )
+
+
+def passage_bottleneck_m(grid: OccupancyGrid, start: np.ndarray, goal: np.ndarray) -> float:
+    """Width of the narrowest passage on the widest start-goal route: twice the largest clearance c such that start
+    and goal are joined (4-connected) through cells of clearance >= c. Every route passes a gap no wider than this,
+    and one route passes none narrower. From cell-centre clearances, so it is exact for gaps an odd number of cells
+    wide and one cell low for even ones. 0 when start and goal are not joined at all."""
+    clear = clearance_map(grid)
+    (sr, sc), (gr, gc) = (
+        tuple(int(v) for v in grid.world_to_cell(np.asarray(p, dtype=float)[:2])) for p in (start, goal)
+    )
+    levels = np.unique(clear[clear > 0])
+    top = min(clear[sr, sc], clear[gr, gc])
+
+    def joined(c: float) -> bool:
+        labels, _ = ndimage.label(clear >= c)
+        return labels[sr, sc] != 0 and labels[sr, sc] == labels[gr, gc]
+
+    levels = levels[levels <= top]
+    if levels.size == 0 or not joined(levels[0]):
+        return 0.0
+    lo, hi = 0, levels.size - 1  # invariant: joined(levels[lo]); find the largest such index
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if joined(levels[mid]):
+            lo = mid
+        else:
+            hi = mid - 1
+    return float(2.0 * levels[lo])
 
 
 def world_from_grid(
@@ -459,6 +600,68 @@ def _gen_mixed(rng: np.random.Generator, cv: _Canvas, cfg: WorldConfig) -> None:
     _gen_rooms(rng, cv, cfg, clutter=0.15 + 0.45 * cfg.difficulty)
 
 
+def _lattice(rng: np.random.Generator, n: int, wall: int, lane: int, block: tuple[int, int]) -> list[int]:
+    """Centre cells of lanes across an axis of `n` cells: lanes of up to `lane` cells separated by blocks drawn in
+    `block` cells, starting after a random block from the wall."""
+    centres = []
+    c = wall + int(rng.integers(0, block[1] + 1)) + lane // 2
+    while c + (lane + 1) // 2 <= n - wall:
+        centres.append(c)
+        c += lane + int(rng.integers(block[0], block[1] + 1))
+    return centres
+
+
+def _gen_dense(rng: np.random.Generator, cv: _Canvas, cfg: WorldConfig) -> None:
+    """Dense clutter: solid blocks on a jittered lattice separated by passages 1.1-1.5x the robot's width.
+
+    Lanes run along both axes; each lane segment between two crossings gets its own width, drawn in whole cells
+    within `cfg.dense_passage_m`, so every gap between two blocks is a passage in that range. A random spanning tree
+    of the crossings keeps every segment it uses open and closes the others with a probability growing with
+    difficulty (closed segments merge blocks into L/T/U shapes). A few clearings around crossings hold the start
+    and the goal. Carving only ever removes occupancy, so no gap can end up narrower than the lane carved into it;
+    `generate_world` then measures the start-goal bottleneck (`passage_bottleneck_m`) and redraws the layout if it
+    is out of range."""
+    res = cv.res
+    lo, hi = cfg.dense_passage_m
+    n_lo, n_hi = int(math.ceil(lo / res - 1e-9)), int(math.floor(hi / res + 1e-9))
+    b_lo_m, b_hi_m = cfg.dense_block_m
+    b_hi_m = max(b_lo_m, _lerp(b_hi_m, b_lo_m, 0.6 * cfg.difficulty))
+    block = (max(1, round(b_lo_m / res)), max(1, round(b_hi_m / res)))
+    h, w = cv.occ.shape
+    wall = int(round(cfg.wall_thickness_m / res))
+    xs = _lattice(rng, w, wall, n_hi, block)
+    ys = _lattice(rng, h, wall, n_hi, block)
+    if len(xs) < 2 or len(ys) < 2:
+        return  # the world is too small for a lattice: _pick_endpoints finds nothing and the layout is redrawn
+    cv.occ[:] = True
+    nx, ny = len(xs), len(ys)
+    idx = np.arange(nx * ny).reshape(ny, nx)
+    edges = np.concatenate(
+        [np.stack([idx[:, :-1].ravel(), idx[:, 1:].ravel()], 1), np.stack([idx[:-1, :].ravel(), idx[1:, :].ravel()], 1)]
+    )
+    wts = rng.uniform(1.0, 2.0, size=len(edges))
+    tree = minimum_spanning_tree(coo_matrix((wts, (edges[:, 0], edges[:, 1])), shape=(nx * ny, nx * ny))).tocoo()
+    keep = {(min(a, b), max(a, b)) for a, b in zip(tree.row, tree.col, strict=True)}
+    p_open = _lerp(0.85, 0.5, cfg.difficulty)
+    for a, b in edges:
+        if (a, b) not in keep and rng.random() >= p_open:
+            continue
+        (ra, ca), (rb, cb) = divmod(int(a), nx), divmod(int(b), nx)
+        k = int(rng.integers(n_lo, n_hi + 1))
+        if ra == rb:  # horizontal segment: rows across the lane, columns from crossing to crossing
+            r0 = ys[ra] - k // 2
+            cv.occ[r0 : r0 + k, xs[ca] - n_hi // 2 : xs[cb] + (n_hi + 1) // 2] = False
+        else:
+            c0 = xs[ca] - k // 2
+            cv.occ[ys[ra] - n_hi // 2 : ys[rb] + (n_hi + 1) // 2, c0 : c0 + k] = False
+    # Clearings: a square around a few crossings, wide enough for a start or goal pose with its endpoint clearance.
+    side = int(math.ceil((2.0 * cfg.endpoint_clearance_m + 0.3) / res))
+    for node in rng.choice(nx * ny, size=min(nx * ny, 3 + int(rng.integers(0, 3))), replace=False):
+        r, c = divmod(int(node), nx)
+        cy, cx = ys[r], xs[c]
+        cv.occ[max(0, cy - side // 2) : cy + (side + 1) // 2, max(0, cx - side // 2) : cx + (side + 1) // 2] = False
+
+
 _GENERATORS = {
     "rooms": lambda rng, cv, cfg: _gen_rooms(rng, cv, cfg, clutter=0.0),
     "corridor": _gen_corridor,
@@ -466,6 +669,7 @@ _GENERATORS = {
     "clutter": _gen_clutter,
     "open": _gen_open,
     "mixed": _gen_mixed,
+    "dense": _gen_dense,
 }
 
 
@@ -508,20 +712,79 @@ def _pick_endpoints(
     return np.array([xy[0, 0], xy[0, 1], yaw[0]]), np.array([xy[1, 0], xy[1, 1], yaw[1]])
 
 
-def generate_world(seed: int, config: WorldConfig | None = None, kind: str | None = None) -> World:
-    """Generate world number `seed` (deterministic). `kind=None` draws the kind from the seed.
+def _place_moving(
+    rng: np.random.Generator, grid: OccupancyGrid, start: np.ndarray, goal: np.ndarray, cfg: WorldConfig
+) -> tuple[MovingObstacle, ...]:
+    """`cfg.moving_obstacles` back-and-forth obstacles on straight free segments: the obstacle clears every static
+    obstacle by one cell along its whole segment, and stays `inflation + 0.3 m` clear of the start and the goal so
+    that the robot is neither hit at rest at the start nor barred from the goal for good."""
+    clear = clearance_map(grid)
+    res = grid.resolution
+    ends = np.stack([np.asarray(start, dtype=float)[:2], np.asarray(goal, dtype=float)[:2]])
+    out: list[MovingObstacle] = []
+    for _ in range(60 * cfg.moving_obstacles):
+        if len(out) == cfg.moving_obstacles:
+            break
+        shape = "cylinder" if rng.random() < 0.5 else "box"
+        size = rng.uniform(*cfg.moving_size_m, size=2)
+        size = (float(size[0]), float(size[0])) if shape == "cylinder" else (float(size[0]), float(size[1]))
+        reach = size[0] if shape == "cylinder" else math.hypot(*size)
+        keep_off = reach + cfg.inflation_m + 0.3
+        cand = np.flatnonzero((clear > reach + res).ravel())
+        if cand.size == 0:
+            continue
+        r, c = divmod(int(rng.choice(cand)), grid.shape[1])
+        a = grid.grid_to_world(np.array([[c + 0.5, r + 0.5]]))[0]
+        # Half the obstacles move along a grid axis, the direction of walls, lanes and corridors.
+        heading = float(rng.integers(4) * 0.5 * math.pi if rng.random() < 0.5 else rng.uniform(-math.pi, math.pi))
+        d = np.array([math.cos(heading), math.sin(heading)])
+        target = float(rng.uniform(*cfg.moving_path_m))
+        length = 0.0
+        for s in np.arange(0.0, target + 1e-9, 0.5 * res):
+            p = a + s * d
+            rc = grid.world_to_cell(p)
+            if not grid.in_bounds(rc) or clear[rc[0], rc[1]] <= reach + res:
+                break
+            if np.min(np.hypot(*(ends - p).T)) <= keep_off:
+                break
+            length = s
+        if length < cfg.moving_path_m[0] or np.min(np.hypot(*(ends - a).T)) <= keep_off:
+            continue
+        b = a + length * d
+        out.append(
+            MovingObstacle(
+                shape=shape,
+                size=size,
+                a=(float(a[0]), float(a[1])),
+                b=(float(b[0]), float(b[1])),
+                speed=float(rng.uniform(*cfg.moving_speed_m_s)),
+                phase=float(rng.random()),
+                yaw=float(rng.uniform(0, math.pi)) if shape == "box" else 0.0,
+            )
+        )
+    if len(out) < cfg.moving_obstacles:
+        log.debug("moving obstacles: placed %d of %d", len(out), cfg.moving_obstacles)
+    return tuple(out)
 
-    Retries the layout with fresh draws (same seed stream) until a start-goal pair within the geodesic window exists;
-    raises `MnemoError` after `max_attempts` (only reachable with extreme configs)."""
+
+def generate_world(seed: int, config: WorldConfig | None = None, kind: str | None = None) -> World:
+    """Generate world number `seed` (deterministic). `kind=None` draws the kind from the seed among `KINDS`; the
+    `EXTRA_KINDS` ("dense") are generated only when named.
+
+    Retries the layout with fresh draws (same seed stream) until a start-goal pair within the geodesic window exists
+    (and, for "dense", the start-goal bottleneck is a passage in `WorldConfig.dense_passage_m`); raises `MnemoError`
+    after `max_attempts` (only reachable with extreme configs). Moving obstacles (`WorldConfig.moving_obstacles`)
+    come from their own stream of the seed, so asking for them leaves the static world unchanged."""
     cfg = config or WorldConfig()
-    if kind is not None and kind not in KINDS:
-        raise InputError(f"generate_world kind: expected one of {KINDS}, got {kind!r}")
+    if kind is not None and kind not in ALL_KINDS:
+        raise InputError(f"generate_world kind: expected one of {ALL_KINDS}, got {kind!r}")
     seed = int(seed)
     if seed < 0:
         raise InputError(f"generate_world seed: expected a non-negative integer, got {seed}")
     if kind is None:
         kind = KINDS[int(np.random.default_rng(np.random.SeedSequence([seed, 7919])).integers(len(KINDS)))]
-    rng = np.random.default_rng(np.random.SeedSequence([seed, KINDS.index(kind)]))
+    passage = cfg.dense_passage_m if kind == "dense" else None
+    rng = np.random.default_rng(np.random.SeedSequence([seed, ALL_KINDS.index(kind)]))
     for attempt in range(cfg.max_attempts):
         cv = _Canvas(cfg)
         _GENERATORS[kind](rng, cv, cfg)
@@ -531,9 +794,18 @@ def generate_world(seed: int, config: WorldConfig | None = None, kind: str | Non
         if ends is not None:
             start, goal = ends
             validate_world(grid, start, goal, cfg.robot_radius_m, cfg.safety_margin_m)
+            if passage is not None:
+                width = passage_bottleneck_m(grid, start, goal)
+                if not passage[0] - cfg.resolution - 1e-9 <= width <= passage[1] + 1e-9:
+                    log.debug("world %s-%d: bottleneck %.3f m outside %s, redrawn", kind, seed, width, passage)
+                    continue
             if attempt:
                 log.debug("world %s-%d: layout accepted on attempt %d", kind, seed, attempt + 1)
-            return World(grid=grid, start=start, goal=goal, seed=seed, kind=kind, config=cfg)
+            moving: tuple[MovingObstacle, ...] = ()
+            if cfg.moving_obstacles:
+                mrng = np.random.default_rng(np.random.SeedSequence([seed, ALL_KINDS.index(kind), 104729]))
+                moving = _place_moving(mrng, grid, start, goal, cfg)
+            return World(grid=grid, start=start, goal=goal, seed=seed, kind=kind, config=cfg, moving=moving)
     raise MnemoError(
         f"generate_world: no start/goal pair {cfg.min_start_goal_m}-{cfg.max_start_goal_m} m apart found for "
         f"kind={kind!r} seed={seed} in {cfg.max_attempts} layouts; loosen WorldConfig (size_m, difficulty)"

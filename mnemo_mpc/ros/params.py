@@ -62,14 +62,23 @@ class NavParams:
     grid_resolution: float = param(0.05, "cell size of the planning window [m]")
     max_grid_cells: int = param(4_000_000, "reject incoming grids with more cells than this (width * height)")
     max_path_poses: int = param(20_000, "reject global paths with more poses than this")
-    # robot (see mnemo_mpc.planning.robot.RobotModel)
-    robot_radius: float = param(0.2, "circular footprint radius [m]")
+    # robot (see mnemo_mpc.planning.robot.RobotModel; profiles in config/robots/)
+    footprint: str = param(
+        "",
+        "robot footprint in base_link, Nav2 style: a convex polygon '[[x, y], ...]' [m] containing (0, 0); empty: "
+        "a circle of robot_radius",
+    )
+    robot_radius: float = param(0.2, "circular footprint radius [m] (ignored when footprint is set, as in Nav2)")
+    footprint_tolerance: float = param(
+        0.02, "how far the covering discs the MPC checks may stick out of a polygon footprint [m] (smaller: more discs)"
+    )
     safety_margin: float = param(0.05, "extra clearance beyond the footprint [m]")
     v_min: float = param(0.0, "minimum linear velocity [m/s] (<= 0)")
     v_max: float = param(0.5, "maximum linear velocity [m/s]")
     w_max: float = param(1.5, "maximum |angular velocity| [rad/s]")
     a_max: float = param(1.0, "maximum |linear acceleration| [m/s^2]")
     alpha_max: float = param(3.0, "maximum |angular acceleration| [rad/s^2]")
+    sensor_range_m: float = param(5.0, "range of the robot's 2-D lidar [m] (the simulated lidar's range_max)")
     # MPC (see mnemo_mpc.planning.mpc.MPCConfig)
     horizon_steps: int = param(30, "MPC horizon N")
     dt: float = param(0.1, "MPC step [s]")
@@ -91,6 +100,7 @@ class NavParams:
         require_finite(self)
         positive = ("control_rate_hz", "stale_timeout_s", "diagnostics_rate_hz", "goal_tolerance_m", "dt")
         positive += ("robot_radius", "grid_window_m", "grid_resolution", "max_grid_cells", "max_path_poses")
+        positive += ("footprint_tolerance", "sensor_range_m")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise InputError(f"parameter {name}: expected > 0, got {getattr(self, name)}")
@@ -115,6 +125,7 @@ class NavParams:
             raise InputError(f"parameter sqp_method: expected 'sqp' or 'sqpmethod', got {self.sqp_method!r}")
         if self.unknown_policy not in ("occupied", "free"):
             raise InputError(f"parameter unknown_policy: expected 'occupied' or 'free', got {self.unknown_policy!r}")
+        self.robot_model()  # footprint and limits checked now, each error naming its parameter
 
     @property
     def control_period_s(self) -> float:
@@ -154,16 +165,24 @@ class NavParams:
         return {f.name: f.metadata["description"] for f in dataclasses.fields(self)}
 
     def robot_model(self) -> Any:
+        """The `RobotModel` these parameters describe: the footprint polygon (or the circle of robot_radius when
+        footprint is empty), its covering-disc tolerance and the limits."""
+        from mnemo_mpc.planning.footprint import parse_footprint
         from mnemo_mpc.planning.robot import RobotModel
 
-        return RobotModel(
-            radius=self.robot_radius,
+        try:
+            shape = parse_footprint(self.footprint, self.robot_radius)
+        except InputError as exc:
+            raise InputError(f"parameter {exc}") from exc
+        return RobotModel.from_footprint(
+            shape,
             safety_margin=self.safety_margin,
             v_min=self.v_min,
             v_max=self.v_max,
             w_max=self.w_max,
             a_max=self.a_max,
             alpha_max=self.alpha_max,
+            footprint_tolerance=self.footprint_tolerance,
         )
 
     def mpc_config(self) -> Any:

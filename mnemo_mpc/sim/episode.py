@@ -28,6 +28,8 @@ from mnemo_mpc.planning.worlds import World
 
 log = logging.getLogger(__name__)
 
+CLEARANCE_CAP_M = 2.0  # minimum clearance is measured up to this distance; farther reads as this
+
 
 @dataclass(frozen=True)
 class EpisodeConfig:
@@ -138,7 +140,12 @@ def run_episode(
     try:
         obs = sim.reset(world)
         driven = [obs.pose.copy()]
+        # Footprint-to-obstacle distance (static and moving) after every step, from the simulator's exact query;
+        # a simulator without one (a test double) reports none.
+        clearance_of = getattr(sim, "clearance", None)
+        clearances = [clearance_of(CLEARANCE_CAP_M)] if clearance_of is not None else []
         outcome = "timeout"
+        cause = getattr(obs, "collision_cause", None)
         if obs.collision:
             outcome = "collision"
         k = 0
@@ -175,9 +182,12 @@ def run_episode(
                 on_step(stat)
             obs = sim.step(float(out.command[0]), float(out.command[1]))
             driven.append(obs.pose.copy())
+            if clearance_of is not None:
+                clearances.append(clearance_of(CLEARANCE_CAP_M))
             k += 1
             if obs.collision:
                 outcome = "collision"
+                cause = getattr(obs, "collision_cause", None)
         if outcome == "timeout" and float(np.hypot(*(goal[:2] - obs.pose[:2]))) <= cfg.goal_tolerance_m:
             outcome = "success"
     finally:
@@ -200,6 +210,17 @@ def run_episode(
         "steps": len(steps),
         "path_length_m": round(float(np.sum(np.hypot(*np.diff(driven_arr[:, :2], axis=0).T))), 4),
         "global_path_length_m": round(path_len, 4),
+        # Time over the time the global path takes at the top speed (issue 10 item 5); successful episodes only.
+        "time_ratio": round(float(obs.time_s) / (path_len / robot.v_max), 4)
+        if outcome == "success" and path_len > 0
+        else None,
+        "min_clearance_m": round(float(min(clearances)), 4) if clearances else None,
+        # A collision ends the episode; its cause is "robot" (drove into it) or "obstacle" (a moving one ran into
+        # a robot standing still or moving away), see mnemo_mpc.sim.simulator.
+        "collision_cause": cause if outcome == "collision" else None,
+        "collisions_robot_caused": int(outcome == "collision" and cause != "obstacle"),
+        "collisions_obstacle_caused": int(outcome == "collision" and cause == "obstacle"),
+        "moving_obstacles": len(world.moving),
         "final_dist_to_goal_m": round(float(np.hypot(*(goal[:2] - obs.pose[:2]))), 4),
         "fallback_steps": int(sum(s["status"].startswith("fallback") for s in steps)),
         "clipped_steps": int(sum(any(f.startswith("clipped") for f in s["flags"]) for s in steps)),

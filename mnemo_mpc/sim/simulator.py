@@ -13,6 +13,13 @@ and the fused local occupancy grid the MPC plans on.
 Physics runs in DIRECT mode at `physics_hz` with a fixed substep; a control step holds (v, w) for
 round(dt * physics_hz) substeps. Collisions come from the physics engine: after every substep the robot's contact
 points with the world bodies (`getContactPoints`) at or below `collision_tolerance_m` separation.
+
+Moving obstacles (`World.moving`) are kinematic bodies set to their pose at the end of each substep before the
+physics runs, so the lidar sees them and a contact with one is a collision like any other. Each collision gets a
+cause: "robot" when the robot was driving into the obstacle -- its own velocity (measured before the substep) has a
+component above `robot_caused_speed_m_s` against the contact normal, i.e. towards the obstacle -- and "obstacle"
+otherwise (the robot stood still, or moved away or along, and the obstacle ran into it). A contact with the static
+world is always "robot": walls do not move.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from mnemo_mpc.planning.worlds import World
 from mnemo_mpc.sim.lidar import Lidar, LidarConfig, LidarScan
 from mnemo_mpc.sim.local_grid import LocalGrid, LocalGridConfig
 from mnemo_mpc.sim.robot import DiffDriveConfig, DiffDriveRobot
-from mnemo_mpc.sim.world import StaticGeometryConfig, build_static_geometry
+from mnemo_mpc.sim.world import StaticGeometryConfig, build_moving_obstacles, build_static_geometry
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +48,10 @@ class SimConfig:
     control_dt: float = 0.1  # 10 Hz control
     seed: int = 0  # lidar noise stream; reset(world) reseeds it with (seed, world.seed)
     collision_tolerance_m: float = 0.0  # a contact with separation <= this is a collision
+    robot_caused_speed_m_s: float = 0.02  # approach speed along the contact normal above which the robot caused it
+    # A moving obstacle touches the robot at separation <= this: PyBullet resolves a kinematic body's contact with
+    # the chassis at a small positive separation (measured ~7e-5 m for two cylinders), never at <= 0.
+    moving_contact_tolerance_m: float = 1e-3
     robot: DiffDriveConfig = field(default_factory=DiffDriveConfig)
     lidar: LidarConfig = field(default_factory=LidarConfig)
     local_grid: LocalGridConfig = field(default_factory=LocalGridConfig)
@@ -65,6 +76,7 @@ class Observation:
     collision: bool
     time_s: float
     step: int
+    collision_cause: str | None = None  # "robot" or "obstacle" when `collision` (see the module docstring)
 
 
 @dataclass
@@ -90,6 +102,8 @@ class Simulator:
         self.world: World | None = None
         self.robot: DiffDriveRobot | None = None
         self.world_bodies: list[int] = []
+        self.moving_bodies: list[int] = []
+        self.collision_causes: dict[str, int] = {"robot": 0, "obstacle": 0}  # steps in contact, by cause
         self.lidar: Lidar | None = None
         self.local_grid = LocalGrid(self.config.local_grid)
         self.time_s = 0.0
@@ -109,6 +123,8 @@ class Simulator:
         p.setPhysicsEngineParameter(fixedTimeStep=self._substep, physicsClientId=self.client)
         self.world = world
         self.world_bodies = build_static_geometry(self.client, world.grid, c.geometry)
+        self.moving_bodies = build_moving_obstacles(self.client, world, c.geometry)
+        self.collision_causes = {"robot": 0, "obstacle": 0}
         self.robot = DiffDriveRobot(self.client, c.robot)
         pose = np.asarray(world.start if start is None else start, dtype=float)
         if pose.shape != (3,) or not np.all(np.isfinite(pose)):
@@ -118,9 +134,9 @@ class Simulator:
         self.local_grid.reset(pose[:2])
         self.time_s, self.steps, self.collided = 0.0, 0, False
         p.performCollisionDetection(physicsClientId=self.client)
-        collision = self.in_contact()
-        self.collided = collision
-        return self._observe(collision)
+        cause = self.contact_cause(np.zeros(2))
+        self.collided = cause is not None
+        return self._observe(cause)
 
     def close(self) -> None:
         if self.client >= 0:
@@ -152,18 +168,38 @@ class Simulator:
             raise InputError(f"Simulator.step dt: expected > 0 s, got {dt}")
         n_sub = max(1, int(round(dt * self.config.physics_hz)))
         t0 = time.perf_counter()
-        collision = False
-        for _ in range(n_sub):
+        cause: str | None = None
+        for i in range(n_sub):
+            self._move_obstacles(self.time_s + (i + 1) * self._substep)
+            v_world = np.zeros(2)
+            if self.moving_bodies:  # only a moving obstacle's contact asks who moved
+                pose, vel = self.robot.pose(), self.robot.velocity()
+                v_world = vel[0] * np.array([math.cos(pose[2]), math.sin(pose[2])])
             self.robot.command(v, w, self._substep)
             self._p.stepSimulation(physicsClientId=self.client)
-            collision |= self.in_contact()
+            now = self.contact_cause(v_world)
+            cause = cause or now  # the first contact of the step names its cause
         self.timing.physics_s = time.perf_counter() - t0
         self.time_s += n_sub * self._substep
         self.steps += 1
-        self.collided |= collision
-        return self._observe(collision)
+        self.collided |= cause is not None
+        if cause is not None:
+            self.collision_causes[cause] += 1
+        return self._observe(cause)
 
-    def _observe(self, collision: bool) -> Observation:
+    def _move_obstacles(self, t: float) -> None:
+        """Put every moving obstacle where its motion has it at time `t`."""
+        half_h = self.config.geometry.wall_height_m / 2
+        for body, ob in zip(self.moving_bodies, self.world.moving, strict=True):
+            x, y = ob.position(t)
+            self._p.resetBasePositionAndOrientation(
+                body,
+                [float(x), float(y), half_h],
+                self._p.getQuaternionFromEuler([0.0, 0.0, ob.yaw]),
+                physicsClientId=self.client,
+            )
+
+    def _observe(self, cause: str | None) -> Observation:
         t0 = time.perf_counter()
         pose = self.robot.pose()
         scan = self.lidar.scan(pose, exclude_body=self.robot.body)
@@ -176,9 +212,10 @@ class Simulator:
             velocity=self.robot.velocity(),
             local_grid=grid,
             scan=scan,
-            collision=bool(collision),
+            collision=cause is not None,
             time_s=self.time_s,
             step=self.steps,
+            collision_cause=cause,
         )
 
     # --- queries --------------------------------------------------------------------------------------------------
@@ -193,21 +230,36 @@ class Simulator:
         return self.lidar.scan(self.robot.pose(), exclude_body=self.robot.body)
 
     def in_contact(self) -> bool:
-        """Whether the chassis touches any world body now (contact points from the last collision pass)."""
-        tol = self.config.collision_tolerance_m
-        for body in self.world_bodies:
+        """Whether the chassis touches any world body, static or moving, now (contact points from the last collision
+        pass)."""
+        return self.contact_cause(np.zeros(2)) is not None
+
+    def contact_cause(self, robot_velocity: np.ndarray) -> str | None:
+        """None when the chassis touches nothing now; else "robot" or "obstacle" for a robot moving at
+        `robot_velocity` (vx, vy in the map frame), by the rule in the module docstring."""
+        cause = None
+        for body, static in [(b, True) for b in self.world_bodies] + [(b, False) for b in self.moving_bodies]:
+            tol = self.config.collision_tolerance_m if static else self.config.moving_contact_tolerance_m
             pts = self._p.getContactPoints(
                 bodyA=self.robot.body, bodyB=body, linkIndexA=self.robot.chassis_link, physicsClientId=self.client
             )
-            if any(pt[8] <= tol for pt in pts):
-                return True
-        return False
+            for pt in pts:
+                if pt[8] > tol:
+                    continue
+                if static:
+                    return "robot"
+                # pt[7]: the contact normal on B (the obstacle), pointing at A (the robot).
+                approach = -float(np.dot(robot_velocity, np.asarray(pt[7][:2])))
+                if approach > self.config.robot_caused_speed_m_s:
+                    return "robot"
+                cause = "obstacle"
+        return cause
 
     def clearance(self, max_distance: float = 1.0) -> float:
-        """True distance (m) from the chassis surface to the nearest obstacle, capped at `max_distance`; negative
-        when penetrating. Uses the engine's closest-point query, independent of any grid."""
+        """True distance (m) from the chassis surface to the nearest obstacle, static or moving, capped at
+        `max_distance`; negative when penetrating. Uses the engine's closest-point query, independent of any grid."""
         best = max_distance
-        for body in self.world_bodies:
+        for body in self.world_bodies + self.moving_bodies:
             pts = self._p.getClosestPoints(
                 self.robot.body, body, max_distance, linkIndexA=self.robot.chassis_link, physicsClientId=self.client
             )

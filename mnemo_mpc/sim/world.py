@@ -118,6 +118,36 @@ def build_static_geometry(client: int, grid: OccupancyGrid, config: StaticGeomet
     return bodies
 
 
+def build_moving_obstacles(client: int, world: World, config: StaticGeometryConfig | None = None) -> list[int]:
+    """Create `world.moving` as kinematic bodies (mass 0, moved by the simulator each substep) of `wall_height_m`,
+    placed where they are at t = 0; the lidar's rays and the contact queries see them like any other body."""
+    import pybullet as p
+
+    cfg = config or StaticGeometryConfig()
+    bodies = []
+    for ob in world.moving:
+        half_h = cfg.wall_height_m / 2
+        if ob.shape == "cylinder":
+            shape = p.createCollisionShape(
+                p.GEOM_CYLINDER, radius=ob.size[0], height=cfg.wall_height_m, physicsClientId=client
+            )
+        else:
+            shape = p.createCollisionShape(
+                p.GEOM_BOX, halfExtents=[ob.size[0], ob.size[1], half_h], physicsClientId=client
+            )
+        x, y = ob.position(0.0)
+        bodies.append(
+            p.createMultiBody(
+                0.0,
+                shape,
+                basePosition=[float(x), float(y), half_h],
+                baseOrientation=p.getQuaternionFromEuler([0.0, 0.0, ob.yaw]),
+                physicsClientId=client,
+            )
+        )
+    return bodies
+
+
 def ground_truth_grid(grid: OccupancyGrid, unknown_as: str = "occupied") -> OccupancyGrid:
     """A FREE/OCCUPIED-only copy of `grid` (the simulator's ground truth); unknown cells become `unknown_as`."""
     if unknown_as not in ("occupied", "free"):
@@ -192,6 +222,7 @@ def world_bounds(grid: OccupancyGrid) -> tuple[float, float, float, float]:
 __all__ = [
     "StaticGeometryConfig",
     "box_mesh",
+    "build_moving_obstacles",
     "build_static_geometry",
     "grid_boxes",
     "ground_truth_grid",

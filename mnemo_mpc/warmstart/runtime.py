@@ -107,6 +107,22 @@ def check_compatible(info: ModelInfo, robot: RobotModel, n: int, dt: float) -> N
             raise InputError(
                 f"{info.path}: metadata field mnemo_mpc.robot.{name} = {got} disagrees with the planner's {want}"
             )
+    # A polygon footprint: models trained before footprints existed (no field) were trained on the round robot.
+    want_fp = [[float(x), float(y)] for x, y in robot.footprint]
+    got_fp = info.robot.get("footprint") or []
+    try:
+        same = len(got_fp) == len(want_fp) and all(
+            math.isclose(float(a), b, abs_tol=1e-9)
+            for p, q in zip(got_fp, want_fp, strict=True)
+            for a, b in zip(p, q, strict=True)
+        )
+    except (TypeError, ValueError):
+        same = False
+    if not same:
+        raise InputError(
+            f"{info.path}: metadata field mnemo_mpc.robot.footprint = {got_fp or 'round'} disagrees with the planner's "
+            f"{want_fp or 'round'}"
+        )
 
 
 @contextlib.contextmanager
