@@ -497,6 +497,19 @@ def _gen_rooms(rng: np.random.Generator, cv: _Canvas, cfg: WorldConfig, clutter:
         _scatter_clutter(rng, cv, cfg, clutter)
 
 
+def _lattice_tree(rng: np.random.Generator, nx: int, ny: int) -> tuple[np.ndarray, set[tuple[int, int]]]:
+    """The 4-neighbour edges (a, b) of an nx x ny lattice of cells (index row * nx + col) and the edges of a random
+    spanning tree of it (minimum spanning tree under uniform random weights): open the tree's edges and every cell is
+    reachable; open more for loops."""
+    idx = np.arange(nx * ny).reshape(ny, nx)
+    edges = np.concatenate(
+        [np.stack([idx[:, :-1].ravel(), idx[:, 1:].ravel()], 1), np.stack([idx[:-1, :].ravel(), idx[1:, :].ravel()], 1)]
+    )
+    wts = rng.uniform(1.0, 2.0, size=len(edges))
+    tree = minimum_spanning_tree(coo_matrix((wts, (edges[:, 0], edges[:, 1])), shape=(nx * ny, nx * ny))).tocoo()
+    return edges, {(min(a, b), max(a, b)) for a, b in zip(tree.row, tree.col, strict=True)}
+
+
 def _gen_corridor(rng: np.random.Generator, cv: _Canvas, cfg: WorldConfig) -> None:
     """A corridor maze: a random spanning tree (MST of random edge weights) over a coarse lattice of junctions,
     carved at one corridor width; extra loops at low difficulty."""
@@ -509,13 +522,7 @@ def _gen_corridor(rng: np.random.Generator, cv: _Canvas, cfg: WorldConfig) -> No
     ox = 0.5 * (cv.w_m - nx * pitch) + 0.5 * pitch
     oy = 0.5 * (cv.h_m - ny * pitch) + 0.5 * pitch
     cv.occ[:] = True
-    idx = np.arange(nx * ny).reshape(ny, nx)
-    edges = np.concatenate(
-        [np.stack([idx[:, :-1].ravel(), idx[:, 1:].ravel()], 1), np.stack([idx[:-1, :].ravel(), idx[1:, :].ravel()], 1)]
-    )
-    wts = rng.uniform(1.0, 2.0, size=len(edges))
-    tree = minimum_spanning_tree(coo_matrix((wts, (edges[:, 0], edges[:, 1])), shape=(nx * ny, nx * ny))).tocoo()
-    keep = {(min(a, b), max(a, b)) for a, b in zip(tree.row, tree.col, strict=True)}
+    edges, keep = _lattice_tree(rng, nx, ny)
     p_loop = _lerp(0.35, 0.05, cfg.difficulty)
     for a, b in edges:
         if (a, b) in keep or rng.random() < p_loop:
@@ -635,13 +642,7 @@ def _gen_dense(rng: np.random.Generator, cv: _Canvas, cfg: WorldConfig) -> None:
         return  # the world is too small for a lattice: _pick_endpoints finds nothing and the layout is redrawn
     cv.occ[:] = True
     nx, ny = len(xs), len(ys)
-    idx = np.arange(nx * ny).reshape(ny, nx)
-    edges = np.concatenate(
-        [np.stack([idx[:, :-1].ravel(), idx[:, 1:].ravel()], 1), np.stack([idx[:-1, :].ravel(), idx[1:, :].ravel()], 1)]
-    )
-    wts = rng.uniform(1.0, 2.0, size=len(edges))
-    tree = minimum_spanning_tree(coo_matrix((wts, (edges[:, 0], edges[:, 1])), shape=(nx * ny, nx * ny))).tocoo()
-    keep = {(min(a, b), max(a, b)) for a, b in zip(tree.row, tree.col, strict=True)}
+    edges, keep = _lattice_tree(rng, nx, ny)
     p_open = _lerp(0.85, 0.5, cfg.difficulty)
     for a, b in edges:
         if (a, b) not in keep and rng.random() >= p_open:
