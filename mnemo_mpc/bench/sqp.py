@@ -126,9 +126,19 @@ def config_from_args(args: argparse.Namespace) -> SQPBenchConfig:
     cfg = replace(cfg, seed=args.seed, clock=args.clock, mpc=mpc, baseline_mpc=base, baseline=args.baseline)
     cfg = replace(cfg, sigmas=tuple(sorted(sigmas)))
     if args.params is not None:
+        from mnemo_mpc.planning.sizing import size_horizon
         from mnemo_mpc.ros.params import NavParams
 
-        cfg = replace(cfg, robot=NavParams.from_yaml(args.params).robot_model())
+        # The profile's robot with its MPC step and local window sized so that it stops within what it sees.
+        robot = NavParams.from_yaml(args.params).robot_model()
+        sized = size_horizon(robot, cfg.mpc.N)
+        cfg = replace(
+            cfg,
+            robot=robot,
+            window=(sized.window_cells, sized.window_cells),
+            mpc=replace(cfg.mpc, dt=sized.dt),
+            baseline_mpc=replace(cfg.baseline_mpc, dt=sized.dt),
+        )
     if args.problems is not None:
         cfg = replace(cfg, problems=args.problems)
     if args.steps is not None:
