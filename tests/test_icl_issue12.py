@@ -21,6 +21,7 @@ from mnemo_mpc.icl.data import (
     seed_generator,
     tiled_spectrum,
 )
+from mnemo_mpc.icl.learnable_lfom import LearnableLFOM
 from mnemo_mpc.icl.linear_transformer import LinearTransformer
 from mnemo_mpc.icl.memformer import CGDMemformer, LFOMMemformer
 from mnemo_mpc.icl.train import TrainConfig, heldout_loss, train, train_per_depth
@@ -116,6 +117,9 @@ def _probe():
         (lambda: LinearTransformer(5, 3), lambda: LFOMMemformer(5, 20, 3, gamma_sharing="general")),
         (lambda: LinearTransformer(5, 3), lambda: LFOMMemformer(5, 20, 3, gamma_sharing="per_lag")),
         (lambda: LFOMMemformer(5, 20, 3), lambda: LFOMMemformer(5, 20, 3, gamma_sharing="general")),
+        # lfom_learnable's chain: scalar γ_i^k ⊂ diagonal Γ_i^k ⊂ diagonal Γ_i^k on A_k-preconditioned gradients
+        (lambda: LearnableLFOM(5, 3, kind="scalar"), lambda: LearnableLFOM(5, 3, kind="diagonal")),
+        (lambda: LearnableLFOM(5, 3, kind="diagonal"), lambda: LearnableLFOM(5, 3, kind="preconditioned")),
     ],
 )
 def test_embed_nested_reproduces_the_special_case(special, richer):

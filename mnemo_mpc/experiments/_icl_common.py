@@ -154,10 +154,10 @@ def fit_log_losses(
     eval_batch: ICLBatch | None = None,
 ) -> list[float]:
     """Train `build(L)` for L = 1..max_layers (§3.3 protocol) and return the held-out log-losses per depth."""
-    return log_list(_fit(build, sd, train_cfg, max_layers, desc, fixed_batch, eval_batch).test_losses)
+    return log_list(fit_depths(build, sd, train_cfg, max_layers, desc, fixed_batch, eval_batch).test_losses)
 
 
-def _fit(
+def fit_depths(
     build: Callable[[int], torch.nn.Module],
     sd: SeedData,
     train_cfg: TrainConfig,
@@ -166,6 +166,7 @@ def _fit(
     fixed_batch: ICLBatch | None = None,
     eval_batch: ICLBatch | None = None,
 ) -> DepthRun:
+    """`fit_log_losses` keeping the trained models (a `DepthRun`), e.g. for `guard_nested`."""
     return train_per_depth(
         build,
         max_layers,
@@ -206,7 +207,7 @@ def cgd_and_fitted_log_losses(
             if special not in builds or richer not in builds or order.index(special) > order.index(richer):
                 raise InputError(f"nested guard: {special!r} must be built before {richer!r} (both in `builds`)")
     for name, build in builds.items():
-        runs[name] = _fit(build, sd, train_cfg, max_layers, f"{desc} {name}")
+        runs[name] = fit_depths(build, sd, train_cfg, max_layers, f"{desc} {name}")
         if nested and name in nested:
             specials = [runs[s] for s in nested[name]]
             info = guard_nested(runs[name], specials, build, sd, train_cfg, f"{desc} {name} (guard)")
@@ -278,8 +279,9 @@ _NEUTRAL = {"B": 0.0, "alpha": 1.0, "gamma": 0.0}  # values at which the extra p
 def embed_nested(special: torch.nn.Module, richer: torch.nn.Module, probe: ICLBatch | None = None) -> None:
     """Load a trained special-case model into a richer model that contains it, so that both compute the same
     function: equal parameters are copied; a scalar preconditioner a_ℓ becomes A_ℓ = a_ℓ I; fewer heads fill the
-    first heads and the rest are zero (heads are summed, §5); parameters the special case lacks take their neutral
-    value (B_ℓ = 0 for GD++, α_ℓ = 1 and γ_ℓ = 0 for Eq. 17-18). With `probe`, the two outputs are compared and a
+    first heads and the rest are zero (heads are summed, §5); a learned LFOM's scalar γ_i^k fills every diagonal entry
+    of Γ_i^k; parameters the special case lacks take their neutral value (B_ℓ = 0 for GD++, α_ℓ = 1 and γ_ℓ = 0 for
+    Eq. 17-18, A_k = I for a learned LFOM on preconditioned gradients). With `probe`, the two outputs are compared and a
     mismatch (the pair is not nested) raises."""
     sp = dict(special.named_parameters())
     for name, p in richer.named_parameters():
@@ -294,12 +296,17 @@ def embed_nested(special: torch.nn.Module, richer: torch.nn.Module, probe: ICLBa
         elif name in _NEUTRAL:
             p.fill_(_NEUTRAL[name])
             continue
+        elif name == "precond":  # a learned LFOM on preconditioned gradients: A_k = I is the plain LFOM
+            p.copy_(torch.eye(p.shape[-1], dtype=p.dtype, device=p.device).expand_as(p))
+            continue
         else:
             raise InputError(
                 f"embed_nested: {type(richer).__name__}.{name} has no counterpart in {type(special).__name__}"
             )
         if src.shape == p.shape:
             p.copy_(src)
+        elif name == "gamma" and src.shape[:-1] == p.shape[:-1] and src.shape[-1] == 1:
+            p.copy_(src.expand_as(p))  # a learned LFOM's scalar γ_i^k is the diagonal Γ_i^k = γ_i^k I
         elif (
             name in ("A", "a", "B")
             and src.shape[0] == p.shape[0]

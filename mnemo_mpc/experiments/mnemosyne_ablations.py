@@ -39,14 +39,15 @@ CAM = "favor_plus"
 
 @dataclass
 class Config:
-    seeds: int = 3
-    rollouts: int = 20
+    seeds: int = 5
+    # 50 rollouts per arm (20 before: the README keeps both; a longer budget extends the cached runs).
+    rollouts: int = 50
     rollout_steps: int = 100
     cache_lengths: tuple[int, ...] = (5, 10, 20, 50, 100)
     features: tuple[str, ...] = ("favor_plus", "favor_plus_plus", "hyperbolic")
-    # FAVOR++'s thickened state costs ~5x a FAVOR+ rollout here (and is serial in its step count): it gets this many
+    # FAVOR++'s thickened state costs ~20x a FAVOR+ rollout here (and is serial in its step count): it gets this many
     # rollouts, and the FAVOR+ vs FAVOR++ comparison uses the first that many rollouts of both.
-    favor_plus_plus_rollouts: int = 10
+    favor_plus_plus_rollouts: int = 25
     similar_tol: float = 0.05
     # "Faster" / "lower variance" must beat the other arm by this relative margin: the arms share every rollout's
     # optimizee and batches, so most of the across-seed spread is the tasks', common to all arms.

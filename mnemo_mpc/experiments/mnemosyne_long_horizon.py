@@ -45,8 +45,8 @@ ADAM = "adam (tuned at the horizon)"
 
 @dataclass
 class Config:
-    # 3 meta-training seeds (see mnemosyne_mlp: CPU budget), each evaluated on 2 optimizees of 2000 steps.
-    seeds: int = 3
+    # 5 meta-training seeds (as mnemosyne_mlp), each evaluated on 2 optimizees of 2000 steps.
+    seeds: int = 5
     rollouts: int = 200
     rollout_steps: int = 100
     task: str = "mlp_1x20_sigmoid"

@@ -41,7 +41,7 @@ SIMILAR_FACTOR = 1.1
 
 @dataclass
 class Config:
-    seeds: int = 3
+    seeds: int = 5
     rollouts: int = 200  # MetaTrainConfig's default budget
     features: str = "favor_plus"
     kind: str = "mnemosyne"
@@ -100,17 +100,18 @@ def _mean_curve(make_step: Any, task: Any, data: Any, cfg: Config, seed: int) ->
 
 
 def run_seed(cfg: Config, seed: int, ctx: RunContext) -> dict:
+    from mnemo_mpc.experiments.mnemosyne_common import ensure_meta_run
     from mnemo_mpc.optimizers.factory import build_learned_optimizer, load_learned_optimizer
-    from mnemo_mpc.optimizers.meta_train import meta_train
     from mnemo_mpc.optimizers.tasks import MLPTask, load_dataset
 
     mcfg = _meta_config(cfg, seed)
-    # The run directory keeps the checkpoint, so an interrupted seed resumes its meta-training.
-    run = meta_train(mcfg, ctx.out_dir / f"meta_seed_{seed}", progress=False)
+    # The shared run cache (`<results root>/mnemosyne_meta_runs/`) keeps the checkpoint, so an interrupted seed
+    # resumes its meta-training, and `mnemosyne_mlp` / `mnemosyne_long_horizon` reuse this very run (same config).
+    run_dir, history = ensure_meta_run(ctx.out_dir.parent, mcfg)
     data = load_dataset(mcfg.dataset, images=mcfg.idx_images, labels=mcfg.idx_labels, seed=mcfg.seed)
     task = MLPTask(mcfg.task, data.num_inputs, data.num_classes)
     n = task.num_params
-    trained = load_learned_optimizer(ctx.out_dir / f"meta_seed_{seed}").eval()
+    trained = load_learned_optimizer(run_dir).eval()
     untrained = build_learned_optimizer(mcfg.net).eval()
     curves: dict[str, list[float]] = {}
     curves[LEARNED] = _mean_curve(lambda: learned_stepper(trained, n), task, data, cfg, seed)
@@ -126,11 +127,11 @@ def run_seed(cfg: Config, seed: int, ctx: RunContext) -> dict:
                 best_lr[name], curves[name] = lr, curve
         grids[name] = grid
     return {
-        "meta_loss": [h["meta_loss"] for h in run["history"]],
-        "meta_train_val_loss": [h["final_val_loss"] for h in run["history"]],
+        "meta_loss": [h["meta_loss"] for h in history],
+        "meta_train_val_loss": [h["final_val_loss"] for h in history],
         # Summed over the rollouts' own times, so that a resumed meta-training reports its whole cost.
-        "meta_train_wall_s": sum(h["wall_s"] for h in run["history"]),
-        "rollouts": run["rollouts_done"],
+        "meta_train_wall_s": sum(h["wall_s"] for h in history),
+        "rollouts": len(history),
         "steps": [min(j * cfg.eval_every, cfg.eval_steps) for j in range(len(curves[LEARNED]))],
         "curves": curves,
         "lr_grid_val_loss_at_end": grids,

@@ -32,7 +32,7 @@ ADAM_VIT = "adam (tuned on the ViT)"
 
 @dataclass
 class Config:
-    seeds: int = 3
+    seeds: int = 5
     rollouts: int = 200
     rollout_steps: int = 100
     eval_seeds: int = 2
