@@ -186,8 +186,9 @@ def test_kinematic_closed_loop_reaches_goal_around_obstacle(controller):
         assert in_limits(controller, out.command, vel)
         if out.status == "goal_reached":
             break
-        sources.add(out.warm_start_source)
-        assert out.status == "planned"
+        assert out.status in ("planned", "rotating_to_path")  # the path leaves 45+ degrees off the start heading
+        if out.status == "planned":
+            sources.add(out.warm_start_source)
         pose = controller.robot.step(pose, out.command, controller.mpc_config.dt)
         vel = out.command
         from mnemo_mpc.planning.esdf import DistanceField

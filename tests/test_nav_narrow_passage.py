@@ -1,7 +1,8 @@
 """Narrow passages and real time (issue 10 items 3 and 5): the controller narrows the MPC's safety margin to what the
 path ahead offers (never below `ControllerConfig.min_margin_m`), a closed loop on a lidar grid tolerates half a cell
 of apparent start penetration (`MPCConfig.start_tolerance_m`), the planner's BLAS runs on one thread, and a real-time
-closed loop bounds every solve by the control period."""
+closed loop bounds every solve by the control period, applies a capped solve's iterate only when it is safe, and a start
+inside the margin band stays solvable."""
 
 from __future__ import annotations
 
@@ -132,3 +133,90 @@ def test_real_time_setup_bounds_every_solve_by_the_period():
     mpc = closed_loop_setup(real_time=True).mpc
     assert mpc.fallback is None and mpc.max_time_s == pytest.approx(SOLVE_BUDGET * mpc.dt)
     assert closed_loop_setup().mpc.fallback == MPCConfig().fallback  # collect keeps the iteration cap alone
+
+
+def test_a_start_inside_the_margin_band_moving_at_a_wall_stays_solvable():
+    """A disc in the band, driving at the wall: bounded at its current clearance every QP was infeasible (it cannot
+    stop at once); `MPCConfig.band_margin_m` gives it room down to that margin (half a cell) to slow down and turn away."""
+    data = np.zeros((40, 40), np.int8)
+    data[:, :10] = 100  # wall up to x = 0.5 m
+    field = DistanceField(OccupancyGrid(data, RES))
+    robot = RobotModel()
+    start = np.array([0.75, 1.0, np.pi])  # 0.05 m from the wall beyond the disc: inside the band
+    velocity, goal = np.array([0.2, 0.0]), np.array([0.9, 1.8, np.pi / 2])
+    old_rule = SQPMPC(robot, MPCConfig(fallback=None, band_margin_m=robot.safety_margin), (40, 40))
+    assert not old_rule.solve(field, start, velocity, goal).success
+    mpc = SQPMPC(robot, MPCConfig(fallback=None), (40, 40))
+    res = mpc.solve(field, start, velocity, goal)
+    assert res.success and res.feasible
+    band = MPCConfig().band_margin_m
+    assert res.required_margin == pytest.approx(band) == mpc.start_margin(field, start)
+    assert float(np.min(field.distance(res.states[:, :2]))) - robot.radius >= band - 2e-3
+    # Outside the band nothing changes: the full margin.
+    assert mpc.start_margin(field, np.array([1.2, 1.0, np.pi])) == pytest.approx(robot.safety_margin)
+    with pytest.raises(InputError, match="band_margin_m"):
+        MPCConfig(band_margin_m=-0.01)
+
+
+def test_a_solve_cut_short_is_applied_only_when_its_iterate_is_safe():
+    """Real time: an SQP stopped by its time or iteration cap ends the step on its own iterate ("fallback_unconverged")
+    when that iterate, rolled out from the pose, keeps the footprint's margin; never a refused or unsafe one."""
+    from types import SimpleNamespace
+
+    data = np.zeros((40, 40), np.int8)
+    data[:, 30:] = 100  # wall from x = 1.5 m
+    field = DistanceField(OccupancyGrid(data, RES))
+    controller = Controller(RobotModel(), MPCConfig(fallback=None), ControllerConfig(rotation_shim=None))
+    n = controller.mpc_config.N
+    pose, velocity = np.array([1.0, 1.0, 0.0]), np.zeros(2)  # facing the wall, 0.3 m beyond the disc
+    hold = np.zeros((n, 2))
+    into_wall = np.tile([0.5, 0.0], (n, 1))
+    for status, controls, expected in (
+        ("time_limit", hold, "fallback_unconverged"),
+        ("max_iter", hold, "fallback_unconverged"),
+        ("time_limit", into_wall, "fallback_stop"),  # rolled out it hits the wall
+        ("qp_infeasible", hold, "fallback_stop"),  # refused by the QP: not a plan
+        ("time_limit", np.full((n, 2), np.nan), "fallback_stop"),
+    ):
+        unfinished = SimpleNamespace(status=status, controls=controls)
+        command, got = controller._fallback(field, pose, velocity, None, unfinished)
+        assert got == expected, (status, got)
+        assert np.all(np.isfinite(command))
+    # Through the step: one iteration from a cold start does not converge; its iterate drives the robot.
+    grid = OccupancyGrid(np.zeros((40, 40), np.int8), RES)
+    goal = np.array([1.8, 1.7, 1.5])
+    out = controller.step(
+        grid, np.array([0.2, 1.0, 0.0]), velocity, goal, global_path=np.array([[0.2, 1.0], goal[:2]]), max_iter=1
+    )
+    assert out.status == "fallback_unconverged" and out.plan is not None and out.plan.status == "max_iter"
+    np.testing.assert_allclose(out.command, out.plan.controls[0], atol=1e-9)
+
+
+def test_a_fallback_plan_must_leave_room_to_brake_after_its_horizon():
+    """A plan is only solved to its horizon: a fallback (previous plan, cut-short iterate) is applied only if, braked
+    to rest at the acceleration limits after its last control, the footprint still keeps the margin. Else a stop."""
+    from types import SimpleNamespace
+
+    robot = RobotModel(v_max=1.0, a_max=0.5)
+    controller = Controller(robot, MPCConfig(fallback=None), ControllerConfig(rotation_shim=None))
+    n, dt = controller.mpc_config.N, controller.mpc_config.dt
+    tail = controller.braking_tail(np.array([1.0, 0.4]))
+    assert np.all(np.abs(np.diff(np.vstack([[1.0, 0.4], tail]), axis=0)) <= robot.accel_limits * dt + 1e-12)
+    np.testing.assert_array_equal(tail[-1], [0.0, 0.0])
+    assert len(tail) == int(np.ceil(1.0 / (robot.a_max * dt) - 1e-9))
+    assert controller.braking_tail(np.zeros(2)).shape == (0, 2)
+
+    cruise = np.tile([1.0, 0.0], (n, 1))  # 3 m over the horizon, then 1 m to stop at 0.5 m/s^2
+    pose = np.array([0.5, 2.0, 0.0])
+    velocity = np.array([1.0, 0.0])
+    horizon_end = pose[0] + n * dt * 1.0 + robot.radius + robot.safety_margin  # 3.75 m
+    stop_end = horizon_end + 1.0**2 / (2 * robot.a_max)  # 4.75 m
+    for wall_x, expected in ((3.95, "fallback_stop"), (4.5, "fallback_stop"), (5.0, "fallback_unconverged")):
+        assert horizon_end < wall_x  # the horizon alone clears the wall in every case
+        data = np.zeros((80, 140), np.int8)
+        data[:, int(round(wall_x / RES)) :] = 100
+        field = DistanceField(OccupancyGrid(data, RES))
+        unfinished = SimpleNamespace(status="time_limit", controls=cruise)
+        command, got = controller._fallback(field, pose, velocity, None, unfinished)
+        assert got == expected, (wall_x, stop_end, got)
+        assert np.all(np.isfinite(command))

@@ -4,6 +4,7 @@ unobserved cells unknown, evidence kept when the window rolls."""
 import numpy as np
 import pytest
 
+from mnemo_mpc.errors import InputError
 from mnemo_mpc.planning.grid import FREE, OCCUPIED, OccupancyGrid
 from mnemo_mpc.planning.worlds import World, world_from_grid
 from mnemo_mpc.sim import LidarConfig, LocalGridConfig, SimConfig, Simulator
@@ -109,3 +110,32 @@ def test_repeated_misses_clear_a_hit_and_logodds_clamp():
         g = lg.update(_scan([0.0, 0.0, 0.0], np.array([0.95]), np.array([True]), angles))
     assert g.free_mask()[cell].all()
     assert lg.logodds.min() >= cfg.logodds_min
+
+
+def test_a_passage_keeps_its_width_under_range_noise():
+    """Driving along a 0.55 m passage with noisy returns (sigma 0.01 m), no cell inside it is marked occupied: a
+    return measured short must still land in the wall's cell (`LocalGridConfig.hit_depth_m`, 3 sigma). With the
+    former quarter-cell nudge (~10 % of returns short enough) the walls grow into the passage."""
+    data = np.full((80, 160), FREE, dtype=np.int8)
+    data[:2, :] = data[-2:, :] = data[:, :2] = data[:, -2:] = OCCUPIED
+    data[2:35, 20:140] = OCCUPIED  # y < 1.75
+    data[46:78, 20:140] = OCCUPIED  # y >= 2.3: the passage is y = 1.75 .. 2.3, x = 1 .. 7
+    world = world_from_grid(OccupancyGrid(data, RES), [0.5, 2.0, 0.0], [7.5, 2.0, 0.0])
+    occupied = {}
+    for depth in (0.0125, LocalGridConfig().hit_depth_m):
+        cfg = SimConfig(lidar=LidarConfig(noise_std_m=0.01), local_grid=LocalGridConfig(hit_depth_m=depth))
+        with Simulator(cfg) as sim:
+            obs = sim.reset(world)
+            for _ in range(60):
+                obs = sim.step(0.5, 0.0)
+        g = obs.local_grid
+        ox, oy, _ = g.origin
+        rows, cols = np.mgrid[0 : g.shape[0], 0 : g.shape[1]]
+        x, y = ox + (cols + 0.5) * RES, oy + (rows + 0.5) * RES
+        passage = (y > 1.75) & (y < 2.3) & (x > 1.2) & (x < 6.8)
+        assert passage.sum() > 1000 and g.free_mask()[passage].mean() > 0.95
+        occupied[depth] = int(g.occupied_mask()[passage].sum())
+    assert occupied[LocalGridConfig().hit_depth_m] == 0
+    assert occupied[0.0125] > 5  # the mechanism the default removes
+    with pytest.raises(InputError, match="hit_depth_m"):
+        LocalGridConfig(hit_depth_m=0.1)

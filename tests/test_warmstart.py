@@ -297,7 +297,10 @@ def test_the_runtime_plugs_into_the_controller(exported):
     c = Controller(ROBOT, config=ControllerConfig(warm_start="hybrid"), warm_start_provider=model)
     result = run_episode(generate_world(3), controller=c, config=EpisodeConfig(time_limit_s=3.0))
     starts = {s["start"] for s in result.steps}
-    assert starts <= {"cold", "shift", "learned"} and all(s["status"] == "planned" for s in result.steps)
+    assert starts <= {"cold", "shift", "learned"}
+    # every step planned, but for the rotation shim's in-place turn towards the path at the start
+    assert all(s["status"] in ("planned", "rotating_to_path") for s in result.steps)
+    assert sum(s["status"] == "planned" for s in result.steps) > len(result.steps) // 2
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "demo", help="one simulated navigation episode: per-step log, episode.json, trajectory.png"
     )
     p.add_argument("--seed", type=_args.seed, default=7, help="world seed (default 7)")
-    p.add_argument("--kind", default=None, help="world kind (rooms, corridor, doors, clutter, open, mixed)")
+    p.add_argument("--kind", default=None, help="world kind (rooms, corridor, doors, clutter, open, mixed, dense)")
     p.add_argument("--out", default="out/demo", help="output directory (default out/demo)")
     p.add_argument("--quiet", action="store_true", help="summary only, no per-step lines")
     from mnemo_mpc.commands.eval import add_warmstart_arguments
@@ -30,14 +30,14 @@ def handler(args: argparse.Namespace) -> int:
     import dataclasses
 
     from mnemo_mpc.errors import InputError
-    from mnemo_mpc.planning.worlds import KINDS, generate_world
+    from mnemo_mpc.planning.worlds import ALL_KINDS, generate_world
 
     # Every argument is checked before the simulator and the solver are loaded.
     out = _args.check_output_dir(args.out, "--out")
     _args.check_warmstart(args)
     params = _args.load_params(args)
-    if args.kind is not None and args.kind not in KINDS:
-        raise InputError(f"--kind: expected one of {', '.join(KINDS)}, got {args.kind!r}")
+    if args.kind is not None and args.kind not in ALL_KINDS:
+        raise InputError(f"--kind: expected one of {', '.join(ALL_KINDS)}, got {args.kind!r}")
 
     from mnemo_mpc import __version__
     from mnemo_mpc.atomic import atomic_write_json

@@ -31,15 +31,16 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from mnemo_mpc.errors import InfeasibleProblemError, InputError
-from mnemo_mpc.nav import recovery
+from mnemo_mpc.nav import recovery, rotation_shim
 from mnemo_mpc.nav.own_path import OwnPath
 from mnemo_mpc.nav.recovery import Behaviour, ProgressChecker
 from mnemo_mpc.nav.reference import subgoal_and_reference, visible_subgoal
+from mnemo_mpc.nav.rotation_shim import RotationShim, ShimConfig
 from mnemo_mpc.planning.esdf import UNKNOWN_POLICIES, DistanceField
 from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.planning.mpc import SQPMPC, MPCConfig, PlanResult, WarmStart
@@ -47,6 +48,9 @@ from mnemo_mpc.planning.robot import RobotModel
 from mnemo_mpc.warmstart import MODES
 
 log = logging.getLogger(__name__)
+
+# SQP statuses of a solve cut short by its caps (not refused, not diverged): its iterate may still be a safe plan.
+UNFINISHED = ("time_limit", "max_iter")
 
 
 @dataclass
@@ -91,6 +95,8 @@ class ControllerConfig:
     backup_dist_m: float = 0.3  # Nav2 BackUp backup_dist (reverse only when v_min < 0)
     backup_speed: float = 0.1  # m/s, capped by -v_min
     recovery_time_allowance_s: float = 10.0  # Nav2 behaviours' time_allowance: a recovery motion ends by then
+    # Turn in place towards the path before tracking it (mnemo_mpc.nav.rotation_shim); None: the MPC does it all
+    rotation_shim: ShimConfig | None = field(default_factory=ShimConfig)
 
     def __post_init__(self) -> None:
         if self.warm_start not in MODES:
@@ -135,6 +141,11 @@ class ControllerConfig:
             raise InputError(f"ControllerConfig.max_recoveries: expected an integer >= 0, got {self.max_recoveries!r}")
         if self.max_recoveries < 0:
             raise InputError(f"ControllerConfig.max_recoveries: expected an integer >= 0, got {self.max_recoveries!r}")
+        if self.rotation_shim is not None and not isinstance(self.rotation_shim, ShimConfig):
+            raise InputError(
+                "ControllerConfig.rotation_shim: expected a ShimConfig or None, got "
+                f"{type(self.rotation_shim).__name__}"
+            )
 
 
 def _real(value: object) -> bool:
@@ -151,8 +162,9 @@ class ControlOutput:
     """One control step: the command sent, why, and what the planner did."""
 
     command: np.ndarray  # (v, w), finite, within limits
-    # "planned" | "goal_reached" | "fallback_previous_plan" | "fallback_stop" | "recovery_rotate" |
-    # "recovery_back_off" | "recovery_replan" | "failed" (no progress after max_recoveries; stops until a new goal)
+    # "planned" | "goal_reached" | "rotating_to_path" (the rotation shim) | "fallback_previous_plan" | "fallback_stop" |
+    # "recovery_rotate" | "recovery_back_off" | "recovery_replan" | "failed" (no progress after max_recoveries; stops
+    # until a new goal)
     status: str
     plan: PlanResult | None
     flags: tuple[str, ...] = ()
@@ -202,6 +214,7 @@ class Controller:
         self._own_progress = 0.0
         self._checker = ProgressChecker(cfg.required_movement_m, cfg.progress_timeout_s)
         self._clock = 0.0  # controller time: one control period (MPCConfig.dt) per step
+        self._shim = RotationShim(cfg.rotation_shim) if cfg.rotation_shim is not None else None
         self._reset_recovery(None)
 
     # --- public -------------------------------------------------------------------------------------------------
@@ -348,11 +361,26 @@ class Controller:
         else:
             subgoal = visible_subgoal(grid, pose, goal, cfg.subgoal_clearance_m)
 
+        margin = self._step_margin(field_, grid.shape, reference)
+        if self._shim is not None and status_override is None:
+            turn = self._shim.target(self.mpc(grid.shape), field_, pose, velocity, reference, margin)
+            if turn is not None:
+                self._last_plan = None  # planned for the old heading: neither a start nor a fallback any more
+                command, flags = self.check_command(turn, velocity)
+                return ControlOutput(
+                    command,
+                    rotation_shim.STATUS,
+                    None,
+                    tuple(flags),
+                    subgoal=np.asarray(subgoal, dtype=float),
+                    reference=reference,
+                    time_s=time.perf_counter() - t0,
+                    field=field_,
+                )
         context = WarmStartContext(field_, pose, velocity, np.asarray(subgoal, dtype=float), reference)
         warm, source = self._warm_start(context)
         plan: PlanResult | None = None
         solve_error = None
-        margin = self._step_margin(field_, grid.shape, reference)
         try:
             plan = self.mpc(grid.shape).solve(
                 field_,
@@ -376,7 +404,7 @@ class Controller:
             self._last_plan, self._plan_age = plan, 0
         else:
             flags.append("solve_failed")
-            command, status = self._fallback(field_, pose, velocity, margin)
+            command, status = self._fallback(field_, pose, velocity, margin, plan)
         command, clip_flags = self.check_command(command, velocity)
         flags.extend(clip_flags)
         if status != "planned":
@@ -420,6 +448,15 @@ class Controller:
         current = self.robot.clip_control(np.nan_to_num(np.asarray(velocity, dtype=float), nan=0.0))
         step = self.robot.accel_limits * self.mpc_config.dt
         return np.clip(np.zeros(2), current - step, current + step)
+
+    def braking_tail(self, velocity: np.ndarray) -> np.ndarray:
+        """(M, 2) controls that take `velocity` to rest, each step as hard as the acceleration limits allow
+        (`stop_command` repeated; M = 0 when already at rest)."""
+        tail, u = [], self.robot.clip_control(np.asarray(velocity, dtype=float))
+        while np.any(np.abs(u) > 1e-9):
+            u = self.stop_command(u)
+            tail.append(u)
+        return np.asarray(tail, dtype=float).reshape(-1, 2)
 
     # --- internals ----------------------------------------------------------------------------------------------
     def _shifted(self) -> WarmStart | None:
@@ -499,21 +536,46 @@ class Controller:
         return float(np.clip(passage.min(), min(self.config.min_margin_m, full), full))
 
     def _fallback(
-        self, field_: DistanceField, pose: np.ndarray, velocity: np.ndarray, margin: float | None = None
+        self,
+        field_: DistanceField,
+        pose: np.ndarray,
+        velocity: np.ndarray,
+        margin: float | None = None,
+        unfinished: PlanResult | None = None,
     ) -> tuple[np.ndarray, str]:
-        """Next control of the previous plan if that plan, re-anchored at the current pose, is still collision-free
-        for the footprint (every covering disc keeps its radius + the margin the MPC demands, along the densified
-        trajectory); otherwise a stop within the acceleration limits."""
+        """A command for a step whose solve failed, safest first: this step's own iterate when the SQP was only cut
+        short (time or iteration cap: under load a cold start can need more than the budget, and the robot would
+        otherwise stand still step after step), else the previous plan's next control -- each only if it, rolled out
+        from the current pose, keeps the footprint collision-free (every covering disc keeps its radius + the margin
+        the MPC demands, along the densified trajectory) -- else a stop within the acceleration limits."""
+        if (
+            unfinished is not None
+            and unfinished.status in UNFINISHED
+            and self._plan_safe(field_, pose, unfinished.controls, margin)
+        ):
+            return unfinished.controls[0].copy(), "fallback_unconverged"
         plan, k = self._last_plan, self._plan_age + 1
         if self.config.reuse_previous_plan and plan is not None and k < plan.controls.shape[0]:
-            controls = plan.controls[k:]
-            states = self.robot.rollout(pose, controls, self.mpc_config.dt)
-            pts = self.robot.densify(states, controls, self.mpc_config.dt, self.mpc_config.densify)
-            mpc = self.mpc(field_.shape)
-            need = recovery.required_margin(mpc, field_, pose, margin)
-            if mpc._footprint_clearance(field_, states, controls, pts) >= need:
-                return controls[0].copy(), "fallback_previous_plan"
+            if self._plan_safe(field_, pose, plan.controls[k:], margin):
+                return plan.controls[k].copy(), "fallback_previous_plan"
         return self.stop_command(velocity), "fallback_stop"
+
+    def _plan_safe(self, field_: DistanceField, pose: np.ndarray, controls: np.ndarray, margin: float | None) -> bool:
+        """`controls` rolled out from `pose`, then braked to rest within the acceleration limits (`braking_tail`),
+        keep every covering disc at the margin a solve from here demands. The tail matters: a plan is only checked to
+        its horizon, and a previous plan followed step after step at speed (solves refused, a loaded CPU) left the
+        Jackal at 1.3 m/s with its plan used up and a stop too late to miss the wall (dense-1007, five processes on two
+        cores: a collision)."""
+        controls = np.asarray(controls, dtype=float)
+        if not np.all(np.isfinite(controls)):
+            return False
+        controls = np.concatenate([controls, self.braking_tail(controls[-1])])
+        states = self.robot.rollout(pose, controls, self.mpc_config.dt)
+        pts = self.robot.densify(states, controls, self.mpc_config.dt, self.mpc_config.densify)
+        mpc = self.mpc(field_.shape)
+        return mpc._footprint_clearance(field_, states, controls, pts) >= recovery.required_margin(
+            mpc, field_, pose, margin
+        )
 
     # --- getting unstuck ------------------------------------------------------------------------------------------
     def _reset_recovery(self, goal: np.ndarray | None) -> None:
@@ -524,6 +586,8 @@ class Controller:
         self._next_behaviour = 0  # index into recovery.ORDER, round robin
         self._failed = False
         self._checker.baseline = None
+        if self._shim is not None:
+            self._shim.reset()
 
     def _recovery_step(
         self,

@@ -53,10 +53,10 @@ def footprint_margin(mpc: SQPMPC, field_: DistanceField, poses: np.ndarray) -> f
 
 
 def required_margin(mpc: SQPMPC, field_: DistanceField, pose: np.ndarray, margin: float | None = None) -> float:
-    """The margin a motion from `pose` must keep: the safety margin (or the step's narrowed `margin`), or what the
-    robot has now when it is already inside that band (as `SQPMPC.solve` relaxes its constraint), less 1e-3."""
-    now = footprint_margin(mpc, field_, np.asarray(pose, dtype=float)[None])
-    return min(mpc.robot.safety_margin if margin is None else margin, now) - 1e-3
+    """The margin a motion from `pose` must keep: the safety margin (or the step's narrowed `margin`), or less when
+    the robot is already inside that band, as `SQPMPC.solve` relaxes its constraint (`SQPMPC.start_margin`); less
+    1e-3."""
+    return mpc.start_margin(field_, np.asarray(pose, dtype=float), margin) - 1e-3
 
 
 class Behaviour:
@@ -82,10 +82,10 @@ class Behaviour:
         if now_s - self.started_s >= self.time_allowance_s - 1e-9:
             return None
         if self.name == ROTATE:
-            self.turned += _wrap(float(pose[2]) - self.last_yaw)
+            self.turned += wrap_angle(float(pose[2]) - self.last_yaw)
             self.last_yaw = float(pose[2])
             left = abs(self.extent) - abs(self.turned)
-            if left <= 0.02 or not _rotation_free(mpc, field_, pose, math.copysign(left, self.extent)):
+            if left <= 0.02 or not rotation_free(mpc, field_, pose, math.copysign(left, self.extent)):
                 return None
             # Slow down so as to stop at the end: |w| <= sqrt(2 alpha_max * angle left).
             w = min(self.speed, math.sqrt(2.0 * robot.alpha_max * left))
@@ -102,9 +102,9 @@ def rotation_angle(mpc: SQPMPC, field_: DistanceField, pose: np.ndarray, goal: n
     """The signed rotation to run: `angle` towards the goal's bearing first, the other way when that one would bring
     the footprint too close to an obstacle; 0 when neither is free."""
     bearing = math.atan2(goal[1] - pose[1], goal[0] - pose[0])
-    first = 1.0 if _wrap(bearing - float(pose[2])) >= 0 else -1.0
+    first = 1.0 if wrap_angle(bearing - float(pose[2])) >= 0 else -1.0
     for sign in (first, -first):
-        if _rotation_free(mpc, field_, pose, sign * angle):
+        if rotation_free(mpc, field_, pose, sign * angle):
             return sign * angle
     return 0.0
 
@@ -114,11 +114,14 @@ def reverse_free(mpc: SQPMPC, field_: DistanceField, pose: np.ndarray, distance:
     return mpc.robot.v_min < 0 and _reverse_free(mpc, field_, pose, distance)
 
 
-def _rotation_free(mpc: SQPMPC, field_: DistanceField, pose: np.ndarray, angle: float) -> bool:
+def rotation_free(
+    mpc: SQPMPC, field_: DistanceField, pose: np.ndarray, angle: float, margin: float | None = None
+) -> bool:
+    """Turning in place by `angle` from `pose` keeps the footprint's margin (`required_margin`) all the way."""
     steps = max(int(math.ceil(abs(angle) / 0.05)), 1)
     yaws = float(pose[2]) + np.linspace(0.0, angle, steps + 1)
     poses = np.stack([np.full_like(yaws, pose[0]), np.full_like(yaws, pose[1]), yaws], axis=-1)
-    return footprint_margin(mpc, field_, poses) >= required_margin(mpc, field_, pose)
+    return footprint_margin(mpc, field_, poses) >= required_margin(mpc, field_, pose, margin)
 
 
 def _reverse_free(mpc: SQPMPC, field_: DistanceField, pose: np.ndarray, distance: float) -> bool:
@@ -129,5 +132,6 @@ def _reverse_free(mpc: SQPMPC, field_: DistanceField, pose: np.ndarray, distance
     return footprint_margin(mpc, field_, poses) >= required_margin(mpc, field_, pose)
 
 
-def _wrap(angle: float) -> float:
+def wrap_angle(angle: float) -> float:
+    """`angle` wrapped to [-pi, pi)."""
     return (angle + math.pi) % (2.0 * math.pi) - math.pi

@@ -123,6 +123,11 @@ class MPCConfig:
     # from grazing returns up to one cell thick on the free side, so in a passage a few centimetres wider than the
     # robot a real clearance reads as a collision and a strict MPC leaves the robot standing there for good.
     start_tolerance_m: float = 0.0
+    # A start already inside the margin band (a narrowed margin restored, a wall the lidar drew late, a tracking
+    # error) lets its discs in the band come as close as this margin while the robot gets out, never closer than they
+    # are when that is less. Bounded at their current clearance instead, a disc moving at speed towards a wall made
+    # every QP infeasible until the robot stopped (Jackal, corridor world 1008: 28 infeasible steps in one episode).
+    band_margin_m: float = 0.025
 
     def __post_init__(self) -> None:
         if isinstance(self.N, bool) or not isinstance(self.N, int) or self.N < 1:
@@ -148,8 +153,10 @@ class MPCConfig:
             least = 0 if name == "max_iter_ls" else 1
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise InputError(f"MPCConfig.{name}: expected an integer >= {least}, got {value!r}")
-        if not (_real(self.start_tolerance_m) and self.start_tolerance_m >= 0):
-            raise InputError(f"MPCConfig.start_tolerance_m: expected metres >= 0, got {self.start_tolerance_m!r}")
+        for name in ("start_tolerance_m", "band_margin_m"):
+            value = getattr(self, name)
+            if not (_real(value) and value >= 0):
+                raise InputError(f"MPCConfig.{name}: expected metres >= 0, got {value!r}")
         for name in ("max_time_s", "fallback_max_time_s"):
             value = getattr(self, name)
             if value is not None and not (_real(value) and value > 0):
@@ -447,7 +454,7 @@ class SQPMPC:
             wall_time_s=time.perf_counter() - t_wall,
             solver_stats=out.get("stats", {}),
             footprint_clearance=footprint,
-            required_margin=float(np.min(np.minimum(margin, disc_d0 - self.discs[:, 2]))),
+            required_margin=self._start_margin(disc_d0, margin),
         )
 
     def merit(
@@ -472,16 +479,30 @@ class SQPMPC:
         return self._sqp.merit(xs, p, self._lbx, self._ubx, lbg, self._ubg, sigma)
 
     # --- internals ----------------------------------------------------------------------------------------------
+    def start_margin(self, field: DistanceField, state: np.ndarray, margin: float | None = None) -> float:
+        """The footprint margin a motion from `state` must keep, as `solve` demands it: `margin` (default the safety
+        margin), or less for a start inside the margin band (`MPCConfig.band_margin_m`, `_constraint_lower`)."""
+        return self._start_margin(self._disc_distances(field, np.asarray(state, dtype=float)), margin)
+
+    def _start_margin(self, disc_d0: np.ndarray, margin: float | None) -> float:
+        margin = self.robot.safety_margin if margin is None else margin
+        r = self.discs[:, 2]
+        inside = disc_d0 < r + margin + self.config.clearance_buffer
+        band = np.minimum(disc_d0 - r, min(margin, self.config.band_margin_m))
+        return float(np.min(np.where(inside, band, margin)))
+
     def _constraint_lower(self, disc_d0: np.ndarray, margin: float | None = None) -> np.ndarray:
         """Lower bounds of g for a start whose covering discs are `disc_d0` from obstacles: r_d + margin + buffer (the
-        robot's safety margin unless `margin` is given), but
-        a start already inside the margin band must still have a feasible problem, so a disc's bound is never above
-        its current clearance. Clearance rows are knot-major (disc fastest)."""
+        robot's safety margin unless `margin` is given). A start already inside that band must still have a feasible
+        problem: its discs in the band are bounded at r_d + buffer + `MPCConfig.band_margin_m` (room to slow down and
+        turn away), never above their current clearance. Clearance rows are knot-major (disc fastest)."""
         lbg = self._lbg.copy()
         k = self.discs.shape[0]
         margin = self.robot.safety_margin if margin is None else margin
-        need = self.discs[:, 2] + margin + self.config.clearance_buffer
-        lbg[-k * self.config.N :] = np.tile(np.minimum(need, disc_d0), self.config.N)
+        r, buffer = self.discs[:, 2], self.config.clearance_buffer
+        need = r + margin + buffer
+        band = np.minimum(disc_d0, r + buffer + min(margin, self.config.band_margin_m))
+        lbg[-k * self.config.N :] = np.tile(np.where(disc_d0 < need, band, need), self.config.N)
         return lbg
 
     def _disc_centres(self, poses: np.ndarray) -> np.ndarray:
