@@ -167,3 +167,28 @@ def test_bench_node_cli_tiny(tmp_path, capsys):
     assert result["callback_ms"]["all"]["max"] >= result["callback_ms"]["all"]["p50"] > 0
     assert result["config"]["params"]["control_rate_hz"] == 50.0 and result["version"]["mnemo_mpc"]
     assert f"wrote {out}" in capsys.readouterr().out
+
+
+def test_bench_node_takes_a_robot_profile_and_its_rate(tmp_path, capsys):
+    """`bench node --params PROFILE`: the profile's robot and control rate drive the scenario; --rate-hz overrides;
+    a bad file is one error naming --params."""
+    from pathlib import Path
+
+    from mnemo_mpc.cli import main
+
+    jackal = Path(__file__).resolve().parents[1] / "config" / "robots" / "jackal.yaml"
+    out = tmp_path / "bench_node_jackal.json"
+    assert main(["bench", "node", "--ticks", "6", "--params", str(jackal), "--no-progress", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    expected = NavParams.from_yaml(jackal)
+    assert result["config"]["params"]["control_rate_hz"] == expected.control_rate_hz == 25.0
+    assert result["config"]["params"]["footprint"] == expected.footprint and result["counts"]["ticks"] == 6
+    assert result["control_period_ms"] == pytest.approx(1e3 / 25.0)
+    argv = ["bench", "node", "--ticks", "4", "--params", str(jackal), "--rate-hz", "40", "--no-progress"]
+    assert main([*argv, "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["config"]["params"]["control_rate_hz"] == 40.0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("/**:\n  ros__parameters:\n    footprint: [[0, 0], [1]]\n")
+    assert main(["bench", "node", "--ticks", "4", "--params", str(bad), "--no-progress", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--params" in err, err

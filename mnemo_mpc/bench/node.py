@@ -27,7 +27,8 @@ from mnemo_mpc.errors import InputError
 
 @dataclass(frozen=True)
 class NodeBenchConfig:
-    rate_hz: float = 10.0
+    rate_hz: float | None = 10.0  # None: the params file's control_rate_hz
+    params_file: str | None = None  # robot profile / node parameter file (--params); None: the default robot
     ticks: int = 2000
     seed: int = 0
     fuzz: bool = False
@@ -41,17 +42,31 @@ def quick_config() -> NodeBenchConfig:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="300 control ticks instead of 2000")
     parser.add_argument("--ticks", type=int, default=None, help="control ticks to time (overrides --quick)")
-    parser.add_argument("--rate-hz", type=float, default=10.0, help="control_rate_hz (10 or 50 in the issue)")
+    parser.add_argument(
+        "--rate-hz",
+        type=float,
+        default=None,
+        help="control_rate_hz (10 or 50 in the issue; default: --params' control_rate_hz, else 10)",
+    )
+    parser.add_argument(
+        "--params",
+        default=None,
+        help="robot profile / node parameter file (config/robots/*.yaml): the robot, its limits and the node's rate",
+    )
     parser.add_argument("--seed", type=int, default=0, help="scenario seed (worlds, message timing, hostile mix)")
     parser.add_argument("--fuzz", action="store_true", help="mix in the fuzz test's hostile messages")
 
 
 def config_from_args(args: argparse.Namespace) -> NodeBenchConfig:
     cfg = quick_config() if args.quick else NodeBenchConfig()
-    cfg = replace(cfg, rate_hz=float(args.rate_hz), seed=args.seed, fuzz=bool(args.fuzz))
+    from mnemo_mpc.commands._args import load_params
+
+    params = load_params(args)  # checked here: a bad file is one line naming --params, before any work
+    rate = args.rate_hz if args.rate_hz is not None else None if params is not None else 10.0
+    cfg = replace(cfg, rate_hz=rate, params_file=args.params, seed=args.seed, fuzz=bool(args.fuzz))
     if args.ticks is not None:
         cfg = replace(cfg, ticks=args.ticks)
-    if cfg.ticks < 1 or not cfg.rate_hz > 0:
+    if cfg.ticks < 1 or not (cfg.rate_hz is None or cfg.rate_hz > 0):
         raise InputError(f"bench node: expected --ticks >= 1 and --rate-hz > 0, got {cfg.ticks}, {cfg.rate_hz}")
     return cfg
 
@@ -65,7 +80,9 @@ def run(cfg: NodeBenchConfig, progress: bool = True) -> dict[str, Any]:
     from mnemo_mpc.ros.params import NavParams
     from mnemo_mpc.sim.episode import percentiles
 
-    params = NavParams(control_rate_hz=cfg.rate_hz)
+    params = NavParams.from_yaml(cfg.params_file) if cfg.params_file is not None else NavParams()
+    if cfg.rate_hz is not None:
+        params = replace(params, control_rate_hz=cfg.rate_hz)
     if cfg.fuzz:
         mix: dict[str, Any] = {"hostile_per_tick": cfg.hostile_per_tick}
     else:  # the realistic stream alone: no hostile messages, no clock resets, no sensor dropouts
@@ -87,7 +104,7 @@ def run(cfg: NodeBenchConfig, progress: bool = True) -> dict[str, Any]:
         "controller_ms": timing["controller_ms"],
         "solve_ms": timing["solve_ms"],
         "callback_ms": {"all": percentiles(all_callbacks), **timing["callback_ms"]},
-        "control_period_ms": 1e3 / cfg.rate_hz,
+        "control_period_ms": 1e3 / params.control_rate_hz,
         "ticks_over_period": summary["ticks_over_period"],
         "counts": {
             k: summary[k]
@@ -114,7 +131,7 @@ def report(result: dict[str, Any]) -> str:
     t, p, c = result["tick_ms"], result["period_ms"], result["callback_ms"]["all"]
     counts = result["counts"]
     lines = [
-        f"node core @ {result['config']['bench']['rate_hz']:g} Hz"
+        f"node core @ {result['config']['params']['control_rate_hz']:g} Hz"
         + (" (fuzz mix)" if result["config"]["bench"]["fuzz"] else "")
         + f": {counts['ticks']} ticks, {counts['messages']} messages, statuses {counts['statuses']}",
         f"tick ms   p50 {t['p50']:.2f}  p95 {t['p95']:.2f}  p99 {t['p99']:.2f}  max {t['max']:.2f}  "
