@@ -137,7 +137,8 @@ def test_real_time_setup_bounds_every_solve_by_the_period():
 
 def test_a_start_inside_the_margin_band_moving_at_a_wall_stays_solvable():
     """A disc in the band, driving at the wall: bounded at its current clearance every QP was infeasible (it cannot
-    stop at once); `MPCConfig.band_margin_m` gives it room down to that margin (half a cell) to slow down and turn away."""
+    stop at once); `MPCConfig.band_margin_m` gives it room down to that margin (half a cell) to slow down and turn
+    away."""
     data = np.zeros((40, 40), np.int8)
     data[:, :10] = 100  # wall up to x = 0.5 m
     field = DistanceField(OccupancyGrid(data, RES))
