@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from mnemo_mpc.errors import InputError
-from mnemo_mpc.experiments.factual_recall import fit_exponent, params_needed
+from mnemo_mpc.experiments.factual_recall import bracket_threshold, fit_exponent, params_needed, transition
 from mnemo_mpc.theory.factual import (
     make_factual_task,
     read_subject_relation,
@@ -134,6 +134,44 @@ def test_params_needed_interpolates_and_exponent_fit():
     assert fit_exponent([10, 20], [5.0, None]) is None
 
 
+def test_params_needed_uses_the_last_failure_below_the_first_stable_success():
+    """A lucky small pass below a failure does not count: the crossing is above the largest failing size."""
+    rows = [{"acc": 1.0, "p": 50}, {"acc": 0.5, "p": 100}, {"acc": 0.9, "p": 200}, {"acc": 1.0, "p": 400}]
+    assert params_needed(rows, 0.95, "p") == pytest.approx(np.exp(np.log(200) + 0.5 * np.log(2)))
+    tr = transition(rows, 0.95)
+    assert (tr["last_fail"], tr["first_pass"], tr["n_below"], tr["n_above"]) == (2, 3, 2, 1)
+
+
+def test_transition_is_resolved_only_when_the_failing_size_plateaued():
+    rows = [{"acc": 0.8, "p": 1, "size": 1, "stop": "plateau"}, {"acc": 1.0, "p": 2, "size": 2, "stop": "threshold"}]
+    assert transition(rows, 0.99)["resolved"]
+    rows[0]["stop"] = "budget"
+    tr = transition(rows, 0.99)
+    assert not tr["resolved"] and "still improving" in tr["why"]
+    assert not transition(rows[1:], 0.99)["resolved"]  # the smallest size passes: only an upper bound
+    assert transition(rows[:1], 0.99)["first_pass"] is None
+    rows.append({"acc": 0.97, "p": 4, "size": 4, "stop": "plateau"})  # a larger size falls back below it
+    tr = transition(rows, 0.99)
+    assert tr["first_pass"] is None and not tr["resolved"] and "not monotone" in tr["why"]
+
+
+def test_bracket_threshold_trains_failures_below_and_successes_above():
+    sizes = (1, 2, 3, 4, 6, 8, 11, 16)
+    for start in (0, 3, 7):
+        tried = []
+
+        def passes(z, tried=tried):
+            tried.append(z)
+            return z >= 6
+
+        bracket_threshold(sizes, start, passes, n_below=2, n_above=2)
+        assert {3, 4, 6, 8} <= set(tried)
+        assert not {1, 16} & set(tried) or start in (0, 7)  # the walk only goes where it has to
+    tried = []
+    bracket_threshold(sizes, 0, lambda z: tried.append(z) or False)
+    assert tried == list(sizes)  # nothing passes: the whole grid is tried once per size
+
+
 def _smoke(name, tmp_path, **overrides):
     from mnemo_mpc.experiments import get_study
     from mnemo_mpc.experiments.runner import RunContext
@@ -182,6 +220,7 @@ def test_induction_head_study_smoke(tmp_path):
         eval_every=10,
         eval_batch=16,
         probe_dim=32,
+        probe_seq_len=24,
         probe_steps=20,
         probe_batch=8,
         probe_every=10,
