@@ -1,5 +1,18 @@
 """Exceptions a user can act on. The CLI prints them as one line and exits non-zero."""
 
+import math
+
+import numpy as np
+
+
+def is_real(value: object) -> bool:
+    """A finite real number (not a bool, a string or a NaN): what every numeric setting must be."""
+    return (
+        isinstance(value, (int, float, np.integer, np.floating))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+    )
+
 
 class MnemoError(Exception):
     """Base class: every message names the field or file and what was expected."""

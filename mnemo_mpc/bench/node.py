@@ -27,7 +27,7 @@ from mnemo_mpc.errors import InputError
 
 @dataclass(frozen=True)
 class NodeBenchConfig:
-    rate_hz: float | None = 10.0  # None: the params file's control_rate_hz
+    rate_hz: float | None = None  # None: the params' control_rate_hz (NavParams' default: 10 Hz)
     params_file: str | None = None  # robot profile / node parameter file (--params); None: the default robot
     ticks: int = 2000
     seed: int = 0
@@ -61,9 +61,8 @@ def config_from_args(args: argparse.Namespace) -> NodeBenchConfig:
     cfg = quick_config() if args.quick else NodeBenchConfig()
     from mnemo_mpc.commands._args import load_params
 
-    params = load_params(args)  # checked here: a bad file is one line naming --params, before any work
-    rate = args.rate_hz if args.rate_hz is not None else None if params is not None else 10.0
-    cfg = replace(cfg, rate_hz=rate, params_file=args.params, seed=args.seed, fuzz=bool(args.fuzz))
+    load_params(args)  # checked here: a bad file is one line naming --params, before any work
+    cfg = replace(cfg, rate_hz=args.rate_hz, params_file=args.params, seed=args.seed, fuzz=bool(args.fuzz))
     if args.ticks is not None:
         cfg = replace(cfg, ticks=args.ticks)
     if cfg.ticks < 1 or not (cfg.rate_hz is None or cfg.rate_hz > 0):

@@ -28,14 +28,13 @@ applied. Around that core this module adds what a robot needs and the paper does
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from mnemo_mpc.errors import InfeasibleProblemError, InputError
+from mnemo_mpc.errors import InfeasibleProblemError, InputError, is_real
 from mnemo_mpc.nav import recovery, rotation_shim
 from mnemo_mpc.nav.own_path import OwnPath
 from mnemo_mpc.nav.recovery import Behaviour, ProgressChecker
@@ -105,13 +104,13 @@ class ControllerConfig:
             raise InputError(
                 f"ControllerConfig.unknown_policy: expected one of {UNKNOWN_POLICIES}, got {self.unknown_policy!r}"
             )
-        if not (_real(self.goal_tolerance_m) and self.goal_tolerance_m > 0):
+        if not (is_real(self.goal_tolerance_m) and self.goal_tolerance_m > 0):
             raise InputError(f"ControllerConfig.goal_tolerance_m: expected metres > 0, got {self.goal_tolerance_m!r}")
-        if not (_real(self.v_ref_fraction) and 0 < self.v_ref_fraction <= 1):
+        if not (is_real(self.v_ref_fraction) and 0 < self.v_ref_fraction <= 1):
             raise InputError(f"ControllerConfig.v_ref_fraction: expected (0, 1], got {self.v_ref_fraction!r}")
-        if not (_real(self.min_margin_m) and self.min_margin_m >= 0):
+        if not (is_real(self.min_margin_m) and self.min_margin_m >= 0):
             raise InputError(f"ControllerConfig.min_margin_m: expected metres >= 0, got {self.min_margin_m!r}")
-        if not (_real(self.subgoal_clearance_m) and self.subgoal_clearance_m >= 0):
+        if not (is_real(self.subgoal_clearance_m) and self.subgoal_clearance_m >= 0):
             raise InputError(
                 f"ControllerConfig.subgoal_clearance_m: expected metres >= 0, got {self.subgoal_clearance_m!r}"
             )
@@ -135,7 +134,7 @@ class ControllerConfig:
             ("recovery_time_allowance_s", "seconds"),
         ):
             value = getattr(self, name)
-            if not (_real(value) and value > 0):
+            if not (is_real(value) and value > 0):
                 raise InputError(f"ControllerConfig.{name}: expected {unit} > 0, got {value!r}")
         if isinstance(self.max_recoveries, bool) or not isinstance(self.max_recoveries, (int, np.integer)):
             raise InputError(f"ControllerConfig.max_recoveries: expected an integer >= 0, got {self.max_recoveries!r}")
@@ -146,15 +145,6 @@ class ControllerConfig:
                 "ControllerConfig.rotation_shim: expected a ShimConfig or None, got "
                 f"{type(self.rotation_shim).__name__}"
             )
-
-
-def _real(value: object) -> bool:
-    """A finite real number (not a bool, a string or a NaN)."""
-    return (
-        isinstance(value, (int, float, np.integer, np.floating))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-    )
 
 
 @dataclass

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mnemo_mpc.errors import InputError
+from mnemo_mpc.errors import InputError, is_real
 from mnemo_mpc.nav.recovery import rotation_free, wrap_angle
 from mnemo_mpc.planning.esdf import DistanceField
 from mnemo_mpc.planning.mpc import SQPMPC
@@ -48,7 +48,7 @@ class ShimConfig:
             "max_engage_speed",
         ):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            if not (is_real(value) and value > 0):
                 raise InputError(f"ShimConfig.{name}: expected a finite number > 0, got {value!r}")
         if not self.handover_rad < self.angular_dist_threshold_rad <= math.pi:
             raise InputError(

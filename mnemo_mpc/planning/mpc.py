@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from mnemo_mpc.errors import InfeasibleProblemError, InputError
+from mnemo_mpc.errors import InfeasibleProblemError, InputError, is_real
 from mnemo_mpc.planning import nlp as nlp_forms
 from mnemo_mpc.planning.codegen import BufferedFunction, BuildInfo
 from mnemo_mpc.planning.esdf import DistanceField
@@ -64,15 +64,6 @@ def single_threaded_blas() -> None:
 
         threadpool_limits(limits=1, user_api="blas")
         _BLAS_LIMITED = True
-
-
-def _real(value: Any) -> bool:
-    """A finite real number (not a bool, a string or a NaN): what every numeric setting must be."""
-    return (
-        isinstance(value, (int, float, np.integer, np.floating))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-    )
 
 
 METHODS = ("sqp", "sqpmethod")
@@ -132,7 +123,7 @@ class MPCConfig:
     def __post_init__(self) -> None:
         if isinstance(self.N, bool) or not isinstance(self.N, int) or self.N < 1:
             raise InputError(f"MPCConfig.N: expected an integer >= 1, got {self.N!r}")
-        if not (_real(self.dt) and self.dt > 0):
+        if not (is_real(self.dt) and self.dt > 0):
             raise InputError(f"MPCConfig.dt: expected a finite dt > 0, got {self.dt!r}")
         if self.method not in METHODS:
             raise InputError(f"MPCConfig.method: expected one of {METHODS}, got {self.method!r}")
@@ -155,21 +146,21 @@ class MPCConfig:
                 raise InputError(f"MPCConfig.{name}: expected an integer >= {least}, got {value!r}")
         for name in ("start_tolerance_m", "band_margin_m"):
             value = getattr(self, name)
-            if not (_real(value) and value >= 0):
+            if not (is_real(value) and value >= 0):
                 raise InputError(f"MPCConfig.{name}: expected metres >= 0, got {value!r}")
         for name in ("max_time_s", "fallback_max_time_s"):
             value = getattr(self, name)
-            if value is not None and not (_real(value) and value > 0):
+            if value is not None and not (is_real(value) and value > 0):
                 raise InputError(f"MPCConfig.{name}: expected a finite number > 0 or None, got {value!r}")
-        if self.heading_radius is not None and not (_real(self.heading_radius) and self.heading_radius >= 0):
+        if self.heading_radius is not None and not (is_real(self.heading_radius) and self.heading_radius >= 0):
             raise InputError(f"MPCConfig.heading_radius: expected metres >= 0 or None, got {self.heading_radius!r}")
         for name in ("tol", "tol_du", "newton_du"):
             value = getattr(self, name)
-            if not (_real(value) and value > 0):
+            if not (is_real(value) and value > 0):
                 raise InputError(f"MPCConfig.{name}: expected a finite number > 0, got {value!r}")
         for name in ("w_track", "w_goal", "w_yaw", "w_v", "w_w", "w_dv", "w_dw", "clearance_buffer"):
             value = getattr(self, name)
-            if not (_real(value) and value >= 0):
+            if not (is_real(value) and value >= 0):
                 raise InputError(f"MPCConfig.{name}: expected a finite number >= 0, got {value!r}")
         if min(self.w_v, self.w_w) <= 0:
             raise InputError("MPCConfig.w_v, w_w: expected > 0 (they keep the Gauss-Newton Hessian positive definite)")
@@ -405,7 +396,7 @@ class SQPMPC:
             raise InputError(f"SQPMPC.solve.max_iter: expected an integer >= 1, got {max_iter!r}")
         if margin is None:
             margin = robot.safety_margin
-        elif not (_real(margin) and 0.0 <= margin <= robot.safety_margin):
+        elif not (is_real(margin) and 0.0 <= margin <= robot.safety_margin):
             raise InputError(f"SQPMPC.solve.margin: expected metres in [0, {robot.safety_margin}], got {margin!r}")
 
         d0 = float(field.distance(state[:2]))

@@ -19,13 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mnemo_mpc.errors import InputError
+from mnemo_mpc.errors import InputError, is_real
 from mnemo_mpc.planning.grid import UNKNOWN, OccupancyGrid
 from mnemo_mpc.sim.lidar import LidarScan
-
-
-def _real(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -55,7 +51,7 @@ class LocalGridConfig:
             raise InputError(
                 "LocalGridConfig log-odds: expected logodds_min < logodds_miss < 0 < logodds_hit < logodds_max"
             )
-        if not (_real(self.hit_depth_m) and 0 <= self.hit_depth_m <= self.hit_margin_m):
+        if not (is_real(self.hit_depth_m) and 0 <= self.hit_depth_m <= self.hit_margin_m):
             raise InputError(
                 f"LocalGridConfig.hit_depth_m: expected [0, hit_margin_m = {self.hit_margin_m}], got {self.hit_depth_m}"
             )
