@@ -110,9 +110,10 @@ class MPCConfig:
     densify: int = 10  # points per step for the clearance check between knots
     # A start whose covering discs read up to this much *inside* an obstacle on the field is still solved (with its
     # clearance as the bound: no disc may get closer) instead of refused as a collision. 0: strict. A closed loop on
-    # a lidar-built grid sets half a cell (`sim.profile`, the node): such a grid draws a wall along the robot's path
-    # from grazing returns up to one cell thick on the free side, so in a passage a few centimetres wider than the
-    # robot a real clearance reads as a collision and a strict MPC leaves the robot standing there for good.
+    # a lidar-built grid sets half a cell (`sim.profile`, the node): a wall is quantised to whole cells, and a return
+    # measured short can still mark the free cell in front of it (`LocalGridConfig.hit_depth_m`), so in a passage a
+    # few centimetres wider than the robot a real clearance can read as a collision, and a strict MPC would leave the
+    # robot standing there for good.
     start_tolerance_m: float = 0.0
     # A start already inside the margin band (a narrowed margin restored, a wall the lidar drew late, a tracking
     # error) lets its discs in the band come as close as this margin while the robot gets out, never closer than they
