@@ -38,9 +38,10 @@ from mnemo_mpc.errors import InfeasibleProblemError, InputError, is_real
 from mnemo_mpc.nav import recovery, rotation_shim
 from mnemo_mpc.nav.own_path import OwnPath
 from mnemo_mpc.nav.recovery import Behaviour, ProgressChecker
-from mnemo_mpc.nav.reference import subgoal_and_reference, visible_subgoal
+from mnemo_mpc.nav.reference import regulated_speed, subgoal_and_reference, visible_subgoal
 from mnemo_mpc.nav.rotation_shim import RotationShim, ShimConfig
 from mnemo_mpc.planning.esdf import UNKNOWN_POLICIES, DistanceField
+from mnemo_mpc.planning.global_path import inflation_radius
 from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.planning.mpc import SQPMPC, MPCConfig, PlanResult, WarmStart
 from mnemo_mpc.planning.robot import RobotModel
@@ -73,6 +74,11 @@ class ControllerConfig:
     goal_tolerance_m: float = 0.25  # position tolerance; the goal yaw is shaped by the MPC but not required
     unknown_policy: str = "occupied"  # what the ESDF makes of unknown cells (safe default: obstacles)
     v_ref_fraction: float = 0.8  # reference speed along the global path, as a fraction of v_max
+    # Speed regulated by the room the path ahead leaves (nav.reference.regulated_speed; after Nav2's Regulated Pure
+    # Pursuit): the reference speed falls from v_ref_fraction * v_max, with `regulated_full_room_m` of room beside the
+    # body and its margin, to `regulated_min_speed` (capped by that) at none, braking towards it at half of a_max.
+    regulated_min_speed: float = 0.25  # m/s (Nav2 RPP regulated_linear_scaling_min_speed)
+    regulated_full_room_m: float = 0.3
     subgoal_clearance_m: float = 0.15  # free space demanded around a sub-goal cell
     # Narrow passages: the MPC keeps the robot's safety margin where the reference path ahead leaves room for it and
     # narrows it to what that path offers, never below this floor, where it does not (a passage 1.1x the robot's
@@ -123,6 +129,8 @@ class ControllerConfig:
                 f"{self.planner_unknown_policy!r}"
             )
         for name, unit in (
+            ("regulated_min_speed", "m/s"),
+            ("regulated_full_room_m", "metres"),
             ("replan_period_s", "seconds"),
             ("seen_map_max_m", "metres"),
             ("required_movement_m", "metres"),
@@ -331,6 +339,7 @@ class Controller:
                     self._own_progress = 0.0
                 path = self._own.path
         if path is not None:
+            progress = 0.0 if straight else self._own_progress if own else self._progress
             subgoal, reference, progress = subgoal_and_reference(
                 path,
                 pose,
@@ -339,8 +348,9 @@ class Controller:
                 n,
                 dt,
                 cfg.v_ref_fraction * self.robot.v_max,
-                0.0 if straight else self._own_progress if own else self._progress,
+                progress,
                 cfg.subgoal_clearance_m,
+                self._speed_profile(grid, path, pose, progress),
             )
             if straight:
                 pass
@@ -484,6 +494,28 @@ class Controller:
         if learned is not None:
             return learned, "learned"
         return (shift, "shift") if shift is not None else (None, "cold")
+
+    def _speed_profile(
+        self, grid: OccupancyGrid, path: np.ndarray, pose: np.ndarray, progress: float
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """The reference's speed profile along `path` from `pose` (`nav.reference.regulated_speed`; None: constant
+        v_ref_fraction * v_max), read from the obstacles the grid shows (unknown cells free: they are the MPC's to keep
+        clear of, and counting them would slow the robot at every corner it has not seen round)."""
+        cfg, robot, mcfg = self.config, self.robot, self.mpc_config
+        v_top = cfg.v_ref_fraction * robot.v_max
+        return regulated_speed(
+            path,
+            pose,
+            progress,
+            grid,
+            inflation_radius(robot),
+            robot.safety_margin,
+            v_top,
+            min(cfg.regulated_min_speed, v_top),
+            cfg.regulated_full_room_m,
+            0.5 * robot.a_max,
+            mcfg.N * mcfg.dt,
+        )
 
     def _step_margin(self, field_: DistanceField, grid_shape: tuple[int, int], reference: np.ndarray | None) -> float:
         """The clearance margin of this step's MPC: the robot's safety margin, narrowed to what the reference path

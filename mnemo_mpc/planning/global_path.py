@@ -269,9 +269,11 @@ def local_reference(
     goal_yaw: float | None = None,
     progress: float = 0.0,
     lookback_m: float = 1.0,
+    profile: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> LocalReference:
     """The MPC reference: `horizon`+1 points spaced `speed * dt` of arc length along `path`, from the robot's
-    projection onto it.
+    projection onto it. With a speed `profile` (arc lengths, speeds; `nav.reference.regulated_speed`) the spacing
+    follows it instead: s_{k+1} = s_k + v(s_k) dt, `speed` beyond its end.
 
     Any sampling of the same polyline gives the same reference: the robot is projected onto the path's segments
     (`project_onto_path`) and the points are interpolated by arc length, so a sparse path (waypoints metres apart, a
@@ -290,7 +292,14 @@ def local_reference(
     seg = np.hypot(*np.diff(path, axis=0).T)
     s = np.concatenate([[0.0], np.cumsum(seg)])
     s_robot = project_onto_path(path, state[:2], float(progress) - lookback_m)
-    targets = s_robot + speed * dt * np.arange(horizon + 1)
+    if profile is None:
+        targets = s_robot + speed * dt * np.arange(horizon + 1)
+    else:
+        prof_s, prof_v = (np.asarray(a, dtype=float) for a in profile)
+        targets = np.empty(horizon + 1)
+        targets[0] = s_robot
+        for k in range(horizon):
+            targets[k + 1] = targets[k] + float(np.interp(targets[k], prof_s, prof_v, right=speed)) * dt
     at_end = bool(targets[-1] >= s[-1])
     targets = np.minimum(targets, s[-1])
     points = np.stack([np.interp(targets, s, path[:, 0]), np.interp(targets, s, path[:, 1])], axis=-1)
