@@ -36,6 +36,7 @@ import numpy as np
 
 from mnemo_mpc.errors import InfeasibleProblemError, InputError, is_real
 from mnemo_mpc.nav import recovery, rotation_shim
+from mnemo_mpc.nav.moving_obstacles import MovingObstacleConfig, MovingObstacles, stopping_reach
 from mnemo_mpc.nav.own_path import OwnPath
 from mnemo_mpc.nav.recovery import Behaviour, ProgressChecker
 from mnemo_mpc.nav.reference import regulated_speed, subgoal_and_reference, visible_subgoal
@@ -102,6 +103,9 @@ class ControllerConfig:
     recovery_time_allowance_s: float = 10.0  # Nav2 behaviours' time_allowance: a recovery motion ends by then
     # Turn in place towards the path before tracking it (mnemo_mpc.nav.rotation_shim); None: the MPC does it all
     rotation_shim: ShimConfig | None = field(default_factory=ShimConfig)
+    # Moving obstacles detected in the grids get the room they can cover while the robot stops
+    # (mnemo_mpc.nav.moving_obstacles); None: the MPC sees every grid as a still world
+    moving_obstacles: MovingObstacleConfig | None = field(default_factory=MovingObstacleConfig)
 
     def __post_init__(self) -> None:
         if self.warm_start not in MODES:
@@ -213,6 +217,14 @@ class Controller:
         self._checker = ProgressChecker(cfg.required_movement_m, cfg.progress_timeout_s)
         self._clock = 0.0  # controller time: one control period (MPCConfig.dt) per step
         self._shim = RotationShim(cfg.rotation_shim) if cfg.rotation_shim is not None else None
+        self._moving = (
+            None
+            if cfg.moving_obstacles is None
+            else MovingObstacles(
+                cfg.moving_obstacles,
+                stopping_reach(cfg.moving_obstacles.speed_m_s, self.robot.v_max, self.robot.a_max, self.mpc_config.dt),
+            )
+        )
         self._reset_recovery(None)
 
     # --- public -------------------------------------------------------------------------------------------------
@@ -234,6 +246,8 @@ class Controller:
         self._own_progress = 0.0
         self._clock = 0.0
         self._reset_recovery(None)
+        if self._moving is not None:
+            self._moving.reset()
 
     def warm_up(self, grid_shape: tuple[int, int], resolution: float) -> float:
         """Build (or load) the NLP for `grid_shape`, the fallback solver and the warm-start model, and run one step on
@@ -304,6 +318,11 @@ class Controller:
             self._own.clear_path()
         now = self._clock
         self._clock += self.mpc_config.dt
+        # Planned on from here: the grid with the room moving obstacles can cover marked (nav.moving_obstacles); the
+        # own path's memory takes what was seen.
+        seen = grid
+        if self._moving is not None:
+            grid = self._moving.update(grid, now)
 
         if float(np.hypot(*(goal[:2] - pose[:2]))) <= self.config.goal_tolerance_m:
             # Zero command, reached as fast as the acceleration limits allow (exactly zero once at rest).
@@ -317,7 +336,7 @@ class Controller:
         field_ = DistanceField(grid, cfg.unknown_policy)
         own = self._path is None and cfg.plan_own_path
         if own:
-            self._own.seen.update(grid)  # also while a recovery turns to re-observe
+            self._own.seen.update(seen)  # also while a recovery turns to re-observe
         recovered = self._recovery_step(grid, field_, pose, velocity, goal, now, t0)
         if isinstance(recovered, ControlOutput):
             return recovered
@@ -397,7 +416,7 @@ class Controller:
             solve_error = str(exc)
             log.warning("MPC problem infeasible: %s", exc)
 
-        flags: list[str] = []
+        flags: list[str] = ["moving_obstacle"] if self._moving is not None and self._moving.last_detections else []
         if plan is not None and plan.success:
             command = plan.controls[0].copy()
             status = "planned"

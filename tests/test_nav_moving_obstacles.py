@@ -1,0 +1,128 @@
+"""Moving obstacles (issue 10, "0 collisions caused by the robot"; `nav.moving_obstacles`): a face that turns long-free
+cells occupied is detected and given the room it can cover while the robot stops; static grids -- also seen through a
+moving window -- are left alone; detections expire; with the detector a robot meeting a box head-on is at rest when
+the box arrives, without it the robot drives into it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mnemo_mpc.errors import InputError
+from mnemo_mpc.nav.controller import Controller, ControllerConfig
+from mnemo_mpc.nav.moving_obstacles import MovingObstacleConfig, MovingObstacles, stopping_reach
+from mnemo_mpc.planning.grid import OccupancyGrid
+from mnemo_mpc.planning.mpc import MPCConfig
+from mnemo_mpc.planning.robot import RobotModel
+
+RES, DT = 0.05, 0.1
+FREE, OCC = 3, 97  # what the lidar grid reads for a cell seen free many times / occupied
+
+
+def world(box_x: float | None, box_y: float = 2.0, half: float = 0.15) -> np.ndarray:
+    """8 m x 4 m room (160 x 80 cells) seen free, walls round it, and a square box centred at (box_x, box_y)."""
+    data = np.full((80, 160), FREE, np.int8)
+    data[:2, :] = data[-2:, :] = data[:, :2] = data[:, -2:] = OCC
+    if box_x is not None:
+        xs, ys = (np.arange(160) + 0.5) * RES, (np.arange(80) + 0.5) * RES
+        inside = (np.abs(xs[None, :] - box_x) <= half) & (np.abs(ys[:, None] - box_y) <= half)
+        data[inside] = OCC
+    return data
+
+
+def window(
+    data: np.ndarray, corner: tuple[int, int], shape: tuple[int, int] = (60, 60), offset: float = 0.0
+) -> OccupancyGrid:
+    """The local grid with cell (0, 0) at global cell `corner` (row, col), as a rolling costmap gives it; `offset`
+    moves its lattice off the map's by a fraction of a cell (a Nav2 rolling window keeps its first origin's)."""
+    r, c = corner
+    return OccupancyGrid(
+        data[r : r + shape[0], c : c + shape[1]].copy(), RES, (c * RES + offset, r * RES + 0.5 * offset, 0.0)
+    )
+
+
+def test_a_static_world_through_a_moving_window_is_left_alone():
+    det = MovingObstacles(MovingObstacleConfig(), reach_m=0.3)
+    data = world(4.0)  # a box that stands still
+    for k in range(40):
+        grid = window(data, (10, 20 + 2 * k))  # the robot drives right: the window shifts 2 cells a step
+        out = det.update(grid, k * DT)
+        assert out is grid and det.last_detections == 0
+
+
+@pytest.mark.parametrize("offset", [0.0, 0.013])
+def test_a_moving_box_is_detected_and_given_its_reach(offset):
+    cfg = MovingObstacleConfig()
+    det = MovingObstacles(cfg, reach_m=0.3)
+    first = None
+    for k in range(30):
+        x = 6.0 - 0.05 * max(k - 10, 0)  # still for 1 s (its cells around are seen free), then 0.5 m/s to the left
+        # x 3.5-6.5 m, the window sliding a cell back and forth (its history moves with it)
+        out = det.update(window(world(x), (10, 70 + k % 2), offset=offset), k * DT)
+        if det.last_detections and first is None:
+            first = k
+            box_face = x - 0.15
+            # the face's reach is marked: 0.2 m ahead of it (to the left) now reads occupied, 0.5 m ahead does not
+            row = int(2.0 / RES) - 10
+            first_col = 70 + k % 2
+            assert out.data[row, int((box_face - 0.2) / RES) - first_col] >= out.occupied_thresh
+            assert out.data[row, int((box_face - 0.5) / RES) - first_col] == FREE
+            assert out is not None and out.shape == (60, 60)
+    assert first is not None and first <= 10 + 4  # within 0.4 s of starting to move
+
+
+def test_a_window_off_the_lattice_starts_afresh():
+    det = MovingObstacles(MovingObstacleConfig(), reach_m=0.3)
+    for k in range(30):
+        x = 6.0 - 0.05 * max(k - 10, 0)
+        # every step half a cell off the last: no two windows share cells, so nothing is ever evidence
+        det.update(window(world(x), (10, 70), offset=0.025 * (k % 2)), k * DT)
+        assert det.last_detections == 0
+
+
+def test_detections_expire_once_the_box_stops():
+    cfg = MovingObstacleConfig()
+    det = MovingObstacles(cfg, reach_m=0.3)
+    for k in range(40):
+        x = 6.0 - 0.05 * min(max(k - 10, 0), 10)  # moves from 1 s to 2 s, then stands
+        det.update(window(world(x), (10, 70)), k * DT)
+        if k == 19:
+            assert det.last_detections
+    assert det.last_detections == 0  # 2 s after it stopped: forgotten (hold_s 0.5 s)
+
+
+def test_stopping_reach_and_settings_are_checked():
+    assert stopping_reach(0.5, 0.5, 1.0, 0.1) == pytest.approx(0.3)
+    with pytest.raises(InputError, match="min_cells"):
+        MovingObstacleConfig(min_cells=0)
+    with pytest.raises(InputError, match="speed_m_s"):
+        MovingObstacleConfig(speed_m_s=float("nan"))
+    with pytest.raises(InputError, match="reach_m"):
+        MovingObstacles(MovingObstacleConfig(), reach_m=-1.0)
+
+
+def head_on(config: ControllerConfig) -> float:
+    """A robot driving right along y = 2 m meets a 0.3 m box coming left at 0.5 m/s; its speed [m/s] when the box
+    first touches its 0.2 m disc."""
+    robot = RobotModel()
+    ctl = Controller(robot, MPCConfig(fallback=None), config)
+    pose, vel, goal = np.array([1.0, 2.0, 0.0]), np.zeros(2), np.array([7.5, 2.0, 0.0])
+    path = np.array([pose[:2], goal[:2]])
+    for k in range(150):
+        box_x = 7.0 - 0.05 * max(k - 10, 0)
+        if box_x - 0.15 - pose[0] <= robot.radius:
+            return float(vel[0])
+        data = world(box_x)
+        corner = (int(round(pose[1] / RES)) - 30, int(round(pose[0] / RES)) - 30)
+        grid_data = np.full((80 + 60, 160 + 60), -1, np.int8)  # unknown beyond the map
+        grid_data[30:110, 30:190] = data
+        grid = window(grid_data, (corner[0] + 30, corner[1] + 30))
+        grid = OccupancyGrid(grid.data, RES, (corner[1] * RES, corner[0] * RES, 0.0))
+        out = ctl.step(grid, pose, vel, goal, global_path=path)
+        pose, vel = robot.step(pose, out.command, ctl.mpc_config.dt), out.command
+    raise AssertionError("the box never reached the robot")
+
+
+def test_the_robot_is_at_rest_when_a_head_on_box_arrives():
+    assert head_on(ControllerConfig()) <= 0.02  # the simulator's rule: not the robot's doing
+    assert head_on(ControllerConfig(moving_obstacles=None)) > 0.02  # a still-world MPC drives into it
