@@ -61,6 +61,9 @@ def generate_launch_description():
                 parameters=[
                     {
                         "use_sim_time": use_sim_time,
+                        # One file drives both: the planner's params (footprint, limits, lidar range) size the
+                        # simulated robot and its world.
+                        "robot_params": LaunchConfiguration("params_file"),
                         **{
                             name: ParameterValue(LaunchConfiguration(name), value_type=kind)
                             for name, _, kind, _ in sim_args

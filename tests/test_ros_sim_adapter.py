@@ -189,3 +189,39 @@ def test_collision_and_goal_events_and_exit_codes(types):
         assert s["first_command_s"] == 0.0 and s["final_dist_to_goal_m"] <= 0.25
     finally:
         sim.close()
+
+
+# --- robot profile --------------------------------------------------------------------------------------------------
+def test_robot_params_give_the_simulator_the_profiles_body_lidar_and_world(types, tmp_path):
+    """One file drives planner and simulator (issue 10 item 1): `robot_params` gives the simulated robot the Jackal's
+    footprint, its 10 m lidar and 6 m window, and the world `mnemo-mpc demo --params` drives."""
+    from mnemo_mpc.planning.worlds import generate_world
+    from mnemo_mpc.resources import share_file
+    from mnemo_mpc.ros.params import NavParams
+    from mnemo_mpc.ros.sim_adapter import SimAdapter
+    from mnemo_mpc.sim.profile import closed_loop_setup
+    from mnemo_mpc.sim.robot import diff_drive_config
+
+    jackal = share_file("config", "robots/jackal.yaml")
+    params = SimNodeParams.from_dict({"world_seed": 1003, "robot_params": str(jackal), "sim_rate_hz": 25})
+    sim = SimAdapter(params, types)
+    try:
+        nav = NavParams.from_yaml(jackal)
+        robot = nav.robot_model()
+        assert sim.robot == robot
+        cfg = sim.sim.config
+        assert cfg.robot == diff_drive_config(robot)
+        assert cfg.lidar.range_max_m == nav.sensor_range_m == 10.0
+        assert cfg.local_grid.size_m == closed_loop_setup(robot).sim.local_grid.size_m
+        assert sim.step_s == pytest.approx(10 / 240)  # 25 Hz in whole 240 Hz substeps: 24 Hz, >= 20 Hz at 2 m/s
+        demo_world = generate_world(1003, closed_loop_setup(robot).world)
+        assert np.array_equal(sim.world.grid.data, demo_world.grid.data)
+        assert np.allclose(sim.world.start, demo_world.start) and np.allclose(sim.world.goal, demo_world.goal)
+    finally:
+        sim.close()
+    with pytest.raises(InputError, match="parameter robot_params: no file"):
+        SimNodeParams.from_dict({"robot_params": str(tmp_path / "none.yaml")}).robot_profile()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("/**:\n  ros__parameters:\n    v_max: -1.0\n")
+    with pytest.raises(InputError, match="parameter robot_params: .*v_max"):
+        SimNodeParams.from_dict({"robot_params": str(bad)}).robot_profile()

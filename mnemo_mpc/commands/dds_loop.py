@@ -1,9 +1,12 @@
-"""`mnemo-mpc dds-loop [--seeds S ...] [--rtf R ...] --out F.json`: time to goal over DDS beside `mnemo-mpc demo`.
+"""`mnemo-mpc dds-loop [--seeds S ...] [--rtf R ...] [--params ROBOT.yaml] --out F.json`: time to goal over DDS beside
+`mnemo-mpc demo`.
 
 For each generated world (seed), runs `mnemo-mpc demo --seed S` (one process: controller and simulator stepped in
 lockstep) and the ROS stack (the simulator node and the planner node as two processes on simulated time, over Fast
 DDS) at each real-time factor, and writes the time to goal of both, in simulated and wall-clock seconds, to one JSON
-(atomically) with a bar chart beside it. Needs the `.[ros]` extra (rclpy wheels).
+(atomically) with a bar chart beside it. With `--params` one robot profile drives all three: `demo --params`, the
+planner node's `--params-file` and the simulator node's `robot_params`, the simulator stepping at the profile's
+`control_rate_hz`. Needs the `.[ros]` extra (rclpy wheels).
 """
 
 from __future__ import annotations
@@ -23,12 +26,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--repeats", type=_args.count, default=1, help="DDS runs per world and real-time factor (default 1)")
     p.add_argument("--work", default="out/dds_loop", help="folder for the runs' logs and demo outputs")
+    p.add_argument("--params", default=None, help="robot profile / planner params YAML (config/robots/*.yaml)")
     p.add_argument("--out", required=True, help="result JSON (a PNG is written beside it)")
     p.set_defaults(func=handler)
 
 
-def _demo(seed: int, out: str) -> dict:
-    """`mnemo-mpc demo --seed S` as a user runs it; its episode.json metrics plus the process's wall time."""
+def _demo(seed: int, out: str, params: str | None = None) -> dict:
+    """`mnemo-mpc demo --seed S [--params P]` as a user runs it; its episode.json metrics plus the process's wall
+    time."""
     import json
     import subprocess
     import sys
@@ -38,7 +43,8 @@ def _demo(seed: int, out: str) -> dict:
 
     t0 = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "mnemo_mpc.cli", "demo", "--seed", str(seed), "--out", out, "--quiet"],
+        [sys.executable, "-m", "mnemo_mpc.cli", "demo", "--seed", str(seed), "--out", out, "--quiet"]
+        + ([] if params is None else ["--params", params]),
         capture_output=True,
         text=True,
     )
@@ -55,6 +61,7 @@ def _demo(seed: int, out: str) -> dict:
 
 def handler(args: argparse.Namespace) -> int:
     import importlib.util
+    import math
     import os
     import platform
 
@@ -67,6 +74,13 @@ def handler(args: argparse.Namespace) -> int:
     work = _args.check_output_dir(args.work, "--work")
     if importlib.util.find_spec("rclpy") is None:
         raise InputError("dds-loop: needs rclpy (pip install 'mnemo_mpc[ros]' or source a ROS 2 install)")
+    nav_params = _args.load_params(args)  # checked before any run; None without --params
+    sim_rate: dict[str, float] = {}
+    if nav_params is not None:
+        # The simulator steps at the planner's rate, in whole physics substeps of at least 240 Hz (25 Hz: 250 Hz).
+        rate = float(nav_params.control_rate_hz)
+        sim_rate = {"sim_rate_hz": rate, "physics_hz": rate * math.ceil(240.0 / rate)}
+    params_file = None if args.params is None else str(args.params)
 
     from mnemo_mpc import __version__
     from mnemo_mpc.atomic import atomic_write_json
@@ -75,7 +89,7 @@ def handler(args: argparse.Namespace) -> int:
     load_before = os.getloadavg()
     rows = []
     for seed in args.seeds:
-        demo = _demo(seed, str(work / f"demo{seed}"))
+        demo = _demo(seed, str(work / f"demo{seed}"), params_file)
         print(f"seed {seed}: demo {demo['outcome']} in {demo['time_s']} s simulated ({demo['wall_time_s']} s wall)")
         dds = []
         for rtf in args.rtf:
@@ -84,8 +98,15 @@ def handler(args: argparse.Namespace) -> int:
                 limit = max(30.0, 2.0 * demo["time_s"])
                 run = run_closed_loop(
                     work / f"dds{seed}_rtf{rtf:g}_{rep}",
-                    {"world_seed": seed, "time_limit_s": limit, "real_time_factor": rtf, "exit_on_goal": True},
+                    {
+                        "world_seed": seed,
+                        "time_limit_s": limit,
+                        "real_time_factor": rtf,
+                        "exit_on_goal": True,
+                        **sim_rate,
+                    },
                     wall_limit_s=60.0 + limit / rtf,
+                    params_file=params_file,
                 )
                 s = run.summary or {}
                 row = {
@@ -97,6 +118,7 @@ def handler(args: argparse.Namespace) -> int:
                     "time_to_goal_s": s.get("time_to_goal_s"),
                     "wall_time_to_goal_s": s.get("wall_time_to_goal_s"),
                     "first_command_s": s.get("first_command_s"),
+                    "command_rate_hz": s.get("command_rate_hz"),
                     "achieved_real_time_factor": s.get("real_time_factor"),
                     "collisions": s.get("collisions"),
                     "path_length_m": s.get("path_length_m"),
@@ -107,14 +129,17 @@ def handler(args: argparse.Namespace) -> int:
                 print(
                     f"seed {seed}: DDS x{rtf:g} #{rep}: {'goal' if row['success'] else 'FAILED'} in "
                     f"{row['time_to_goal_s']} s simulated ({row['wall_time_to_goal_s']} s wall, "
-                    f"{run.wall_s:.1f} s with start-up)"
+                    f"{run.wall_s:.1f} s with start-up; commands at {row['command_rate_hz']} Hz)"
                 )
         rows.append({"seed": seed, "world": demo["world"], "demo": demo, "dds": dds})
 
     payload = {
         "what": "time to goal: simulator node + planner node over Fast DDS on /clock vs `mnemo-mpc demo` (lockstep)",
         "command": f"mnemo-mpc dds-loop --seeds {' '.join(map(str, args.seeds))} --rtf "
-        f"{' '.join(f'{r:g}' for r in args.rtf)} --repeats {args.repeats} --out {args.out}",
+        f"{' '.join(f'{r:g}' for r in args.rtf)} --repeats {args.repeats}"
+        + ("" if params_file is None else f" --params {params_file}")
+        + f" --out {args.out}",
+        "params": params_file,
         "notes": "time_to_goal_s: simulated seconds until the robot centre is within 0.25 m of the goal (the demo's "
         "goal check), from simulated time 0 (the simulator holds time at 0 until the planner's cmd_vel publisher "
         "matched). wall_time_to_goal_s: wall seconds over the same span; the demo steps as fast as it can, the "

@@ -43,13 +43,17 @@ class SimAdapter:
     """World + simulator + command hold. Times are simulated seconds since the episode started (/clock starts at 0)."""
 
     def __init__(self, params: SimNodeParams, types: SimMessageTypes, robot: Any = None, world: Any = None) -> None:
-        """`world` (a `World`) replaces the one the parameters name."""
-        from mnemo_mpc.planning.robot import RobotModel
+        """`world` (a `World`) replaces the one the parameters name; `robot` (a `RobotModel`) the profile of
+        `robot_params` (its lidar range then stays the default's)."""
+        from mnemo_mpc.sim.profile import closed_loop_setup
         from mnemo_mpc.sim.simulator import SimConfig, Simulator
 
         self.params, self.types = params, types
-        self.robot = robot or RobotModel()
-        self.world = world if world is not None else params.world()
+        sensor_range = None
+        if robot is None:
+            robot, sensor_range = params.robot_profile()
+        self.robot = robot
+        self.world = world if world is not None else params.world(robot)
         self.goal = np.asarray(self.world.goal, dtype=float)
         self.global_path: np.ndarray | None = None
         if params.publish_plan:
@@ -62,7 +66,18 @@ class SimAdapter:
         self.substeps = max(1, round(params.physics_hz / params.sim_rate_hz))
         self.step_ns = round(self.substeps * 1e9 / params.physics_hz)
         self.time_ns = 0
-        self.sim = Simulator(SimConfig(physics_hz=params.physics_hz, control_dt=self.step_s, seed=params.seed))
+        # The profile's body, lidar range and local window (as `demo --params` simulates it), stepped at this rate.
+        grid = closed_loop_setup(robot, sensor_range_m=sensor_range).sim.local_grid
+        self.sim = Simulator(
+            SimConfig.for_robot(
+                robot,
+                control_dt=self.step_s,
+                sensor_range_m=sensor_range,
+                min_physics_hz=params.physics_hz,
+                seed=params.seed,
+                local_grid=grid,
+            )
+        )
         self.obs = self.sim.reset(self.world)
         self._cmd = (0.0, 0.0)
         self._cmd_time: float | None = None  # simulated time the held command arrived
@@ -72,6 +87,9 @@ class SimAdapter:
         self.goal_time_s: float | None = None
         self.goal_wall_s: float | None = None
         self.first_cmd_time_s: float | None = None
+        self.commands = 0  # cmd_vel messages received
+        self._first_msg_wall: float | None = None  # wall time of the first and the last of them
+        self._last_msg_wall: float | None = None
         self.path_length_m = 0.0
         self.steps = 0
         self._wall_start: float | None = None
@@ -91,6 +109,10 @@ class SimAdapter:
         """Hold (v, w) from a Twist or TwistStamped; InputError (dropped by the node) when not finite."""
         self._cmd = command_from_twist(msg)
         self._cmd_time = self.time_s
+        self.commands += 1
+        self._last_msg_wall = time.perf_counter()
+        if self._first_msg_wall is None:
+            self._first_msg_wall = self._last_msg_wall
         if self.first_cmd_time_s is None and (self._cmd[0] != 0.0 or self._cmd[1] != 0.0):
             self.first_cmd_time_s = self.time_s
 
@@ -195,6 +217,9 @@ class SimAdapter:
             "time_to_goal_s": None if self.goal_time_s is None else round(self.goal_time_s, 3),
             "wall_time_to_goal_s": None if self.goal_wall_s is None else round(self.goal_wall_s, 3),
             "first_command_s": None if self.first_cmd_time_s is None else round(self.first_cmd_time_s, 3),
+            # The planner's achieved command rate per wall-clock second (at real_time_factor 1: per simulated one)
+            "commands": self.commands,
+            "command_rate_hz": self._command_rate(),
             "sim_time_s": round(t, 3),
             "wall_time_s": round(wall, 3),
             "real_time_factor": round(t / wall, 3) if wall > 0 else None,
@@ -207,6 +232,12 @@ class SimAdapter:
             "final_dist_to_goal_m": round(self.distance_to_goal(), 4),
             "goal_tolerance_m": self.params.goal_tolerance_m,
         }
+
+    def _command_rate(self) -> float | None:
+        if self.commands < 2 or self._first_msg_wall is None or self._last_msg_wall is None:
+            return None
+        span = self._last_msg_wall - self._first_msg_wall
+        return round((self.commands - 1) / span, 3) if span > 0 else None
 
     def close(self) -> None:
         self.sim.close()

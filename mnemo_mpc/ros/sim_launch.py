@@ -55,16 +55,22 @@ def run_closed_loop(
     nav_params: dict[str, Any] | None = None,
     wall_limit_s: float = 120.0,
     env: dict[str, str] | None = None,
+    params_file: str | Path | None = None,
 ) -> ClosedLoopRun:
     """Run simulator + planner until the simulator exits (set `exit_on_goal` and `time_limit_s` in `sim_params`) or
-    `wall_limit_s` passes; then SIGINT both. Both nodes get `use_sim_time:=true`."""
+    `wall_limit_s` passes; then SIGINT both. Both nodes get `use_sim_time:=true`; `params_file` (a robot profile or
+    the planner's params YAML) goes to the planner as `--params-file` and to the simulator as `robot_params`, as
+    `nav.launch.py` passes its `params_file`."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     result = workdir / "sim_result.json"
     result.unlink(missing_ok=True)
     env = isolated_env(workdir / "ros_log", env)
-    sim_args = _ros_args({**sim_params, "result_file": str(result), "use_sim_time": True})
+    profile = {} if params_file is None else {"robot_params": str(Path(params_file).resolve())}
+    sim_args = _ros_args({**profile, **sim_params, "result_file": str(result), "use_sim_time": True})
     nav_args = _ros_args({**(nav_params or {}), "use_sim_time": True})
+    if params_file is not None:
+        nav_args += ["--params-file", str(Path(params_file).resolve())]
     logs = {name: (workdir / f"{name}.log").open("w+") for name in ("sim", "nav")}
     t0 = time.perf_counter()
     procs = {

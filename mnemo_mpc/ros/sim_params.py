@@ -33,6 +33,12 @@ class SimNodeParams:
         "", "map_server map (YAML + image; or relative to the sim/ data folder) instead of a generated world"
     )
     start: str | list = param("", "robot start in a map_yaml world: x,y,yaw [m, m, rad] (a string or a list of 3)")
+    robot_params: str = param(
+        "",
+        "robot profile: a params YAML with footprint, limits and sensor_range_m (config/robots/*.yaml, or the "
+        "planner's own params file); the simulated body, its lidar's range and the generated world's sizing follow "
+        "it; empty: the generic 0.2 m disc",
+    )
     goal: str | list = param("", "goal in a map_yaml world: x,y,yaw [m, m, rad] (a string or a list of 3)")
     # time
     sim_rate_hz: float = param(
@@ -108,6 +114,23 @@ class SimNodeParams:
         except InputError as exc:
             raise InputError(f"parameter map_yaml: no file {self.map_yaml!r} here or in the sim/ data folder") from exc
 
+    def robot_profile(self) -> tuple[Any, float | None]:
+        """(RobotModel, lidar range in metres or None) of `robot_params`; the default robot and None without it."""
+        from mnemo_mpc.planning.robot import RobotModel
+
+        if not self.robot_params:
+            return RobotModel(), None
+        from mnemo_mpc.ros.params import NavParams
+
+        path = Path(self.robot_params).expanduser()
+        if not path.is_file():
+            raise InputError(f"parameter robot_params: no file {self.robot_params!r}")
+        try:
+            nav = NavParams.from_yaml(path)
+        except InputError as exc:
+            raise InputError(f"parameter robot_params: {exc}") from None
+        return nav.robot_model(), nav.sensor_range_m
+
     # --- construction ----------------------------------------------------------------------------------------------
     @classmethod
     def from_dict(cls, values: dict[str, Any], source: str = "parameters") -> SimNodeParams:
@@ -122,16 +145,20 @@ class SimNodeParams:
     def descriptions(self) -> dict[str, str]:
         return {f.name: f.metadata["description"] for f in dataclasses.fields(self)}
 
-    def world(self) -> Any:
-        """The `World` these parameters name (generated, or the map with start and goal). Raises `InputError` /
-        `MapFormatError` / `InfeasibleProblemError` for a bad map or an impossible start or goal."""
+    def world(self, robot: Any = None) -> Any:
+        """The `World` these parameters name (generated for `robot` -- the profile's passages, doors and endpoint
+        clearances, as `mnemo-mpc demo --params` generates it -- or the map with start and goal). Raises
+        `InputError` / `MapFormatError` / `InfeasibleProblemError` for a bad map or an impossible start or goal."""
         if self.map_yaml:
             from mnemo_mpc.sim.world import load_map_world
 
             return load_map_world(self.map_yaml_path(), self.start_pose(), self.goal_pose())
-        from mnemo_mpc.planning.worlds import generate_world
+        from mnemo_mpc.planning.robot import RobotModel
+        from mnemo_mpc.planning.worlds import WorldConfig, generate_world
 
-        return generate_world(self.world_seed, kind=self.world_kind or None)
+        return generate_world(
+            self.world_seed, WorldConfig.for_robot(robot or RobotModel()), kind=self.world_kind or None
+        )
 
 
 __all__ = ["SIM_NODE_NAME", "SimNodeParams"]
