@@ -9,7 +9,7 @@ import pytest
 from mnemo_mpc.dataset.collect import FAULT_ENV, CollectConfig, collect, collect_world, world_seed
 from mnemo_mpc.dataset.loader import SQPStepDataset
 from mnemo_mpc.dataset.store import DatasetStore
-from mnemo_mpc.errors import DatasetError
+from mnemo_mpc.errors import DatasetError, InputError
 from mnemo_mpc.sim.episode import EpisodeConfig
 
 pytest.importorskip("pybullet")
@@ -85,3 +85,24 @@ def test_ray_local_mode(tmp_path):  # ~7 s on a quiet machine: Ray's start-up do
     summary = collect(root, 2, cfg, workers=1, ray_address="local", progress=False)
     assert summary["worlds_collected_now"] == 2
     assert DatasetStore.open(root).manifest["counts"]["examples"] == 10
+
+
+def test_dense_worlds_with_moving_obstacles_are_collected(tmp_path):
+    """The harder families reach the dataset (issue 10 item 5): world kinds in turn, moving obstacles in the worlds
+    the expert drives (the lidar grid the examples hold sees them), and both saved in the manifest's config."""
+    import dataclasses
+
+    from mnemo_mpc.planning.worlds import generate_world
+
+    world = dataclasses.replace(CFG.world, moving_obstacles=2)
+    cfg = dataclasses.replace(CFG, world=world, kinds=("dense", "open"))
+    root = tmp_path / "ds"
+    collect(root, 2, cfg, workers=1, progress=False)
+    store = DatasetStore.open(root)
+    kinds = [store.open_world(w).attrs["kind"] for w in store.world_ids]
+    assert kinds == ["dense", "open"]
+    assert store.manifest["config"]["kinds"] == ["dense", "open"]
+    assert store.manifest["config"]["world"]["moving_obstacles"] == 2
+    assert len(generate_world(world_seed(0, 0), world, kind="dense").moving) > 0
+    with pytest.raises(InputError, match="CollectConfig.kinds"):
+        CollectConfig(kinds=("swamp",))

@@ -138,7 +138,7 @@ def test_episode_metrics_time_ratio_clearance_and_cause(sim):
 
 def test_eval_reports_the_new_columns(tmp_path, capsys):
     from mnemo_mpc.cli import main
-    from mnemo_mpc.commands.eval import WORLD_KINDS
+    from mnemo_mpc.commands._args import WORLD_KINDS
     from mnemo_mpc.planning.worlds import ALL_KINDS
 
     assert WORLD_KINDS == ALL_KINDS

@@ -317,3 +317,29 @@ def check_device(device: str, flag: str = "--device", *, auto: bool = False) -> 
     if not torch.cuda.is_available() or index >= torch.cuda.device_count():
         found = torch.cuda.device_count()
         raise InputError(f"{flag}: {device} is not available on this machine ({found} CUDA devices)")
+
+
+# Generated-world families (mnemo_mpc.planning.worlds.ALL_KINDS, spelled out so that parsing imports no numpy; a
+# test keeps the two equal) and a cap on moving obstacles per world.
+WORLD_KINDS = ("rooms", "corridor", "doors", "clutter", "open", "mixed", "dense")
+MAX_MOVING_OBSTACLES = 50
+
+
+def world_kinds(text: str) -> tuple[str | None, ...]:
+    """argparse type of --world-kinds (eval, collect): a comma-separated list of families, None for 'any' (the
+    seed's own kind)."""
+    items = [k.strip() for k in text.split(",")]
+    bad = [k for k in items if k != "any" and k not in WORLD_KINDS]
+    if not items or bad:
+        raise argparse.ArgumentTypeError(f"expected families from any, {', '.join(WORLD_KINDS)}; got {text!r}")
+    return tuple(None if k == "any" else k for k in items)
+
+
+def moving_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_MOVING_OBSTACLES:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, {MAX_MOVING_OBSTACLES}], got {text!r}")
+    return value

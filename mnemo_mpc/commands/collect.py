@@ -28,6 +28,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--difficulty", type=_args.unit_interval, default=None, help="world difficulty in [0, 1] (default: generator's)"
     )
     p.add_argument(
+        "--world-kinds",
+        type=_args.world_kinds,
+        default=None,
+        help="comma-separated world families, taken in turn (world i gets kind i mod K); 'any' is the kind the seed "
+        "draws (default: any). Families: any, " + ", ".join(_args.WORLD_KINDS),
+    )
+    p.add_argument(
+        "--moving-obstacles",
+        type=_args.moving_count,
+        default=0,
+        help="moving obstacles per world (constant-velocity boxes and cylinders the lidar sees; default 0)",
+    )
+    p.add_argument(
         "--warmstart",
         choices=MODES,
         default="shift",
@@ -79,8 +92,14 @@ def handler(args: argparse.Namespace) -> int:
         setup = closed_loop_setup(params.robot_model())
         world = dataclasses.replace(setup.world, difficulty=world.difficulty)
         profile = {"robot": setup.robot, "mpc": setup.mpc}
+    world = dataclasses.replace(world, moving_obstacles=args.moving_obstacles)
     config = CollectConfig(
-        seed=args.seed, world=world, controller=ControllerConfig(warm_start=args.warmstart), model=model, **profile
+        seed=args.seed,
+        world=world,
+        kinds=args.world_kinds or (None,),
+        controller=ControllerConfig(warm_start=args.warmstart),
+        model=model,
+        **profile,
     )
     if model is not None:
         # Load the model once here: a file that is not a warm-start model for this robot is one error line now,

@@ -21,10 +21,6 @@ from mnemo_mpc.warmstart import MODES
 SCENARIO_KEYS = ("map", "start", "goal")
 SCENARIO_OPTIONAL_KEYS = ("goal_tolerance_m", "time_limit_s", "name", "source")
 MAX_SCENARIOS_BYTES = 16 << 20  # a scenarios file lists maps by path; megabytes of JSON are not one
-# Generated-world families (mnemo_mpc.planning.worlds.ALL_KINDS, spelled out so that parsing imports no numpy; a
-# test keeps the two equal) and a cap on moving obstacles per world.
-WORLD_KINDS = ("rooms", "corridor", "doors", "clutter", "open", "mixed", "dense")
-MAX_MOVING_OBSTACLES = 50
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,14 +32,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=_args.seed, default=1000, help="first world seed with --worlds (default 1000)")
     p.add_argument(
         "--world-kinds",
-        type=world_kinds,
+        type=_args.world_kinds,
         default=None,
         help="comma-separated world families for --worlds, taken in turn (world i gets kind i mod K); 'any' is the "
-        "kind the seed draws (default: any). Families: any, " + ", ".join(WORLD_KINDS),
+        "kind the seed draws (default: any). Families: any, " + ", ".join(_args.WORLD_KINDS),
     )
     p.add_argument(
         "--moving-obstacles",
-        type=_moving_count,
+        type=_args.moving_count,
         default=0,
         help="moving obstacles per generated world (default 0)",
     )
@@ -65,23 +61,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=handler)
 
 
-def world_kinds(text: str) -> tuple[str | None, ...]:
-    """argparse type of --world-kinds: a comma-separated list of families, None for 'any' (the seed's own kind)."""
-    items = [k.strip() for k in text.split(",")]
-    bad = [k for k in items if k != "any" and k not in WORLD_KINDS]
-    if not items or bad:
-        raise argparse.ArgumentTypeError(f"expected families from any, {', '.join(WORLD_KINDS)}; got {text!r}")
-    return tuple(None if k == "any" else k for k in items)
-
-
-def _moving_count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= MAX_MOVING_OBSTACLES:
-        raise argparse.ArgumentTypeError(f"expected an integer in [0, {MAX_MOVING_OBSTACLES}], got {text!r}")
-    return value
 
 
 def add_warmstart_arguments(p: argparse.ArgumentParser) -> None:

@@ -88,6 +88,8 @@ class CollectConfig:
 
     seed: int = 0
     world: WorldConfig = field(default_factory=WorldConfig)
+    # World families taken in turn (world i gets kinds[i mod K]); None: the kind the seed draws
+    kinds: tuple[str | None, ...] = (None,)
     robot: RobotModel = field(default_factory=RobotModel)
     mpc: MPCConfig = field(default_factory=MPCConfig)
     controller: ControllerConfig = field(default_factory=ControllerConfig)
@@ -99,6 +101,12 @@ class CollectConfig:
             raise InputError(f"CollectConfig.seed: expected a non-negative integer, got {self.seed}")
         if not getattr(self.episode, "record", False):
             raise InputError("CollectConfig.episode.record must be True: collection records every step")
+        from mnemo_mpc.planning.worlds import ALL_KINDS
+
+        kinds = tuple(self.kinds)
+        if not kinds or any(k is not None and k not in ALL_KINDS for k in kinds):
+            raise InputError(f"CollectConfig.kinds: expected world families from {ALL_KINDS} or None, got {kinds}")
+        object.__setattr__(self, "kinds", kinds)
 
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(dataclasses.asdict(self), default=str))
@@ -223,7 +231,7 @@ def collect_world(root: str, world_id: int, config: CollectConfig) -> dict[str, 
     seed = world_seed(config.seed, world_id)
     kind = "unknown"
     try:
-        world = generate_world(seed, config.world)
+        world = generate_world(seed, config.world, kind=config.kinds[world_id % len(config.kinds)])
         kind = world.kind
         sim, controller = _worker_state(config)
         result = run_episode(
