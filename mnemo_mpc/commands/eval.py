@@ -61,8 +61,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=handler)
 
 
-
-
 def add_warmstart_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--warmstart",
