@@ -343,3 +343,20 @@ def moving_count(text: str) -> int:
     if not 0 <= value <= MAX_MOVING_OBSTACLES:
         raise argparse.ArgumentTypeError(f"expected an integer in [0, {MAX_MOVING_OBSTACLES}], got {text!r}")
     return value
+
+
+def add_world_arguments(p: argparse.ArgumentParser, scope: str = "") -> None:
+    """--world-kinds and --moving-obstacles of the generated worlds (eval, collect); `scope` ends their help."""
+    p.add_argument(
+        "--world-kinds",
+        type=world_kinds,
+        default=None,
+        help=f"comma-separated world families{scope}, taken in turn (world i gets kind i mod K); 'any' is the kind "
+        "the seed draws (default: any). Families: any, " + ", ".join(WORLD_KINDS),
+    )
+    p.add_argument(
+        "--moving-obstacles",
+        type=moving_count,
+        default=0,
+        help=f"moving obstacles per world{scope}: constant-velocity boxes and cylinders the lidar sees (default 0)",
+    )

@@ -27,19 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--difficulty", type=_args.unit_interval, default=None, help="world difficulty in [0, 1] (default: generator's)"
     )
-    p.add_argument(
-        "--world-kinds",
-        type=_args.world_kinds,
-        default=None,
-        help="comma-separated world families, taken in turn (world i gets kind i mod K); 'any' is the kind the seed "
-        "draws (default: any). Families: any, " + ", ".join(_args.WORLD_KINDS),
-    )
-    p.add_argument(
-        "--moving-obstacles",
-        type=_args.moving_count,
-        default=0,
-        help="moving obstacles per world (constant-velocity boxes and cylinders the lidar sees; default 0)",
-    )
+    _args.add_world_arguments(p)
     p.add_argument(
         "--warmstart",
         choices=MODES,

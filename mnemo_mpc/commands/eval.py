@@ -30,19 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     src.add_argument("--map", help="ROS map_server YAML (with --start and --goal)")
     src.add_argument("--scenarios", help="JSON list of {map, start, goal, goal_tolerance_m, time_limit_s}")
     p.add_argument("--seed", type=_args.seed, default=1000, help="first world seed with --worlds (default 1000)")
-    p.add_argument(
-        "--world-kinds",
-        type=_args.world_kinds,
-        default=None,
-        help="comma-separated world families for --worlds, taken in turn (world i gets kind i mod K); 'any' is the "
-        "kind the seed draws (default: any). Families: any, " + ", ".join(_args.WORLD_KINDS),
-    )
-    p.add_argument(
-        "--moving-obstacles",
-        type=_args.moving_count,
-        default=0,
-        help="moving obstacles per generated world (default 0)",
-    )
+    _args.add_world_arguments(p, " with --worlds")
     p.add_argument("--start", type=_args.pose, help="x,y,yaw with --map")
     p.add_argument("--goal", type=_args.pose, help="x,y,yaw with --map")
     p.add_argument("--goal-tolerance", type=_args.distance_m, default=0.25, help="metres (default 0.25)")
