@@ -213,7 +213,8 @@ def test_robot_params_give_the_simulator_the_profiles_body_lidar_and_world(types
         assert cfg.robot == diff_drive_config(robot)
         assert cfg.lidar.range_max_m == nav.sensor_range_m == 10.0
         assert cfg.local_grid.size_m == closed_loop_setup(robot).sim.local_grid.size_m
-        assert sim.step_s == pytest.approx(10 / 240)  # 25 Hz in whole 240 Hz substeps: 24 Hz, >= 20 Hz at 2 m/s
+        assert sim.step_s == 0.04 and sim.substeps == 10  # exactly 25 Hz, in ten 250 Hz physics substeps
+        assert sim.sim.config.physics_hz == pytest.approx(250.0)
         demo_world = generate_world(1003, closed_loop_setup(robot).world)
         assert np.array_equal(sim.world.grid.data, demo_world.grid.data)
         assert np.allclose(sim.world.start, demo_world.start) and np.allclose(sim.world.goal, demo_world.goal)

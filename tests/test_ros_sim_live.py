@@ -69,7 +69,7 @@ def test_a_jackal_at_2_m_s_runs_both_nodes_at_25_hz_over_dds(ros_env, tmp_path):
 
     jackal = share_file("config", "robots/jackal.yaml")
     sim = {"world_seed": 19, "time_limit_s": 30.0, "real_time_factor": 1.0, "exit_on_goal": True}
-    sim.update(sim_rate_hz=25.0, physics_hz=250.0)
+    sim.update(sim_rate_hz=25.0)
     run = run_closed_loop(tmp_path / "run", sim, wall_limit_s=90, env=ros_env, params_file=jackal)
     check_reached(run, 30.0)
     assert run.summary["world"] == "corridor-19"  # generated for the Jackal, as `demo --seed 19 --params` drives it

@@ -61,7 +61,6 @@ def _demo(seed: int, out: str, params: str | None = None) -> dict:
 
 def handler(args: argparse.Namespace) -> int:
     import importlib.util
-    import math
     import os
     import platform
 
@@ -77,9 +76,7 @@ def handler(args: argparse.Namespace) -> int:
     nav_params = _args.load_params(args)  # checked before any run; None without --params
     sim_rate: dict[str, float] = {}
     if nav_params is not None:
-        # The simulator steps at the planner's rate, in whole physics substeps of at least 240 Hz (25 Hz: 250 Hz).
-        rate = float(nav_params.control_rate_hz)
-        sim_rate = {"sim_rate_hz": rate, "physics_hz": rate * math.ceil(240.0 / rate)}
+        sim_rate = {"sim_rate_hz": float(nav_params.control_rate_hz)}  # the simulator steps at the planner's rate
     params_file = None if args.params is None else str(args.params)
 
     from mnemo_mpc import __version__

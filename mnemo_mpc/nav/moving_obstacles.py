@@ -32,7 +32,7 @@ import numpy as np
 from scipy import ndimage
 
 from mnemo_mpc.errors import InputError, is_real
-from mnemo_mpc.planning.grid import OccupancyGrid
+from mnemo_mpc.planning.grid import OCCUPIED, OccupancyGrid
 
 
 @dataclass(frozen=True)
@@ -79,10 +79,12 @@ class MovingObstacles:
         self.reset()
 
     def reset(self) -> None:
-        self._frame: tuple[float, float, float, float] | None = None  # first grid's (resolution, x, y, yaw)
+        self._frame: tuple[float, float, float] | None = None  # first grid's (resolution, x, y)
         self._corner: tuple[int, int] | None = None  # (row, col) of the window's cell (0, 0) on the first's lattice
-        # Per window cell: start and end time of its latest run of "free" updates, and whether it was free last update
-        self._runs: np.ndarray | None = None  # (3, H, W): start, end, free-last-update (0/1)
+        # Per window cell: start and end time of its latest run of "free" updates (end == the last update's time:
+        # free then, the run goes on)
+        self._runs: np.ndarray | None = None  # (2, H, W): start, end
+        self._last_update = math.nan  # time of the last update (none yet: every free cell starts a run)
         self._evidence: list[tuple[float, np.ndarray]] = []  # (time, global (row, col) cells)
         self._detected: list[tuple[float, np.ndarray]] = []  # (time of last evidence, global cells of the cluster)
         self.last_detections = 0
@@ -92,30 +94,25 @@ class MovingObstacles:
         marked occupied (`grid` itself when there are none)."""
         cfg, res = self.config, grid.resolution
         ox, oy, yaw = grid.origin
-        frame = self._frame
-        if frame is not None:
-            col0, row0 = (ox - frame[1]) / res, (oy - frame[2]) / res
-            on_lattice = (
-                res == frame[0]
-                and yaw == frame[3]
-                and abs(col0 - round(col0)) < 1e-6
-                and abs(row0 - round(row0)) < 1e-6
-            )
-            if not on_lattice or yaw != 0.0:  # a rotated window's cells are not the map's rows and columns
+        if yaw != 0.0:  # a rotated window's cells are not the map's rows and columns
+            self.reset()
+            return grid
+        col0 = row0 = 0.0
+        if self._frame is not None:
+            col0, row0 = (ox - self._frame[1]) / res, (oy - self._frame[2]) / res
+            if res != self._frame[0] or abs(col0 - round(col0)) > 1e-6 or abs(row0 - round(row0)) > 1e-6:
                 self.reset()
-                frame = None
-        if frame is None:
-            self._frame = (res, ox, oy, yaw)
-            col0 = row0 = 0.0
+                col0 = row0 = 0.0
+        if self._frame is None:
+            self._frame = (res, ox, oy)
         corner = (int(round(row0)), int(round(col0)))
         free = (grid.data >= 0) & (grid.data <= cfg.free_value)
-        occ = grid.occupied_mask()
-        start, end, was_free = self._shifted_runs(corner, grid.shape)
-        evidence = occ & (now - end <= cfg.grace_s + 1e-9) & (end - start >= cfg.free_before_s - 1e-9)
-        start = np.where(free & (was_free == 0), now, start)
+        start, end = self._shifted_runs(corner, grid.shape)
+        evidence = grid.occupied_mask() & (now - end <= cfg.grace_s + 1e-9) & (end - start >= cfg.free_before_s - 1e-9)
+        # A run starts where the last update did not read free (its run ended before then)
+        start = np.where(free & (end != self._last_update), now, start)
         end = np.where(free, now, end)
-        self._runs = np.stack([start, end, free.astype(float)])
-        self._corner = corner
+        self._runs, self._corner, self._last_update = np.stack([start, end]), corner, now
         if np.any(evidence):
             self._evidence.append((now, np.argwhere(evidence) + np.asarray(corner)))
         self._evidence = [(t, c) for t, c in self._evidence if now - t <= cfg.window_s + 1e-9]
@@ -127,9 +124,9 @@ class MovingObstacles:
         return self._inflate(grid, corner)
 
     def _shifted_runs(self, corner: tuple[int, int], shape: tuple[int, int]) -> np.ndarray:
-        """The previous window's free runs (start, end, free-last-update), moved onto this window; cells new to it
-        have none (start +inf, end -inf: a run of no length, ended long ago; not free)."""
-        runs = np.stack([np.full(shape, np.inf), np.full(shape, -np.inf), np.zeros(shape)])
+        """The previous window's free runs (start, end), moved onto this window; cells new to it have none (start
+        +inf, end -inf: a run of no length, ended long ago)."""
+        runs = np.stack([np.full(shape, np.inf), np.full(shape, -np.inf)])
         if self._runs is None or self._corner is None:
             return runs
         dr, dc = corner[0] - self._corner[0], corner[1] - self._corner[1]
@@ -150,7 +147,6 @@ class MovingObstacles:
         mask[tuple((cells - lo).T)] = True
         labels, n = ndimage.label(mask, structure=np.ones((3, 3), bool))
         of_cell = labels[tuple((cells - lo).T)]
-        self.cluster_sizes = np.bincount(labels.ravel())[1:]
         for k in range(1, n + 1):
             member = np.argwhere(labels == k)
             # A moving face advances: its evidence comes in more than one step (a surface first seen up close turns
@@ -162,13 +158,12 @@ class MovingObstacles:
         seeds = np.zeros(grid.shape, bool)
         for _, cells in self._detected:
             local = cells - np.asarray(corner)
-            ok = (local[:, 0] >= 0) & (local[:, 0] < grid.shape[0]) & (local[:, 1] >= 0) & (local[:, 1] < grid.shape[1])
-            seeds[tuple(local[ok].T)] = True
+            seeds[tuple(local[grid.in_bounds(local)].T)] = True
         if not seeds.any():
             return grid
         reach = ndimage.distance_transform_edt(~seeds) * grid.resolution <= self.reach_m
         data = grid.data.copy()
-        data[reach] = 100
+        data[reach] = OCCUPIED
         return OccupancyGrid(data, grid.resolution, grid.origin, grid.occupied_thresh, grid.free_thresh)
 
 

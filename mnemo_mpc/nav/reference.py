@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from mnemo_mpc.planning.global_path import local_reference, project_onto_path
+from mnemo_mpc.planning.global_path import LOOKBACK_M, local_reference, path_headings, project_onto_path
 from mnemo_mpc.planning.grid import OccupancyGrid
 
 
@@ -84,7 +84,7 @@ def passage_room(grid: OccupancyGrid, points: np.ndarray, headings: np.ndarray, 
     for side in (1.0, -1.0):
         ray = points[:, None, :] + side * dist[None, :, None] * normal[:, None, :]  # (K, J, 2)
         rc = grid.world_to_cell(ray)
-        inside = (rc[..., 0] >= 0) & (rc[..., 0] < occ.shape[0]) & (rc[..., 1] >= 0) & (rc[..., 1] < occ.shape[1])
+        inside = grid.in_bounds(rc)
         hit = np.zeros(rc.shape[:2], bool)
         hit[inside] = occ[rc[..., 0][inside], rc[..., 1][inside]]
         # The surface lies between the last free sample and the first occupied one: half a step before the latter.
@@ -128,16 +128,13 @@ def regulated_speed(
     s = np.concatenate([[0.0], np.cumsum(seg)])
     if s[-1] <= 0.0:
         return None
-    s_robot = project_onto_path(path, pose[:2], float(progress) - 1.0)
+    s_robot = project_onto_path(path, pose[:2], float(progress) - LOOKBACK_M)
     ahead = np.arange(s_robot, min(s_robot + v_top * horizon_s, s[-1]) + 1e-9, 0.5 * grid.resolution)
     pts = np.stack([np.interp(ahead, s, path[:, 0]), np.interp(ahead, s, path[:, 1])], axis=-1)
-    tangent = np.gradient(pts, axis=0) if len(pts) > 1 else np.array([[math.cos(pose[2]), math.sin(pose[2])]])
-    headings = np.arctan2(tangent[:, 1], tangent[:, 0])
+    headings = path_headings(pts) if len(pts) > 1 else np.array([float(pose[2])])
     # Each side capped at the whole width that allows v_top: one open side alone then makes it so.
     room = passage_room(grid, pts, headings, 2.0 * (half_width + margin + full_room)) - half_width - margin
-    rc = grid.world_to_cell(pts)
-    inside = (rc[:, 0] >= 0) & (rc[:, 0] < grid.shape[0]) & (rc[:, 1] >= 0) & (rc[:, 1] < grid.shape[1])
-    room[~inside] = np.inf
+    room[~grid.in_bounds(grid.world_to_cell(pts))] = np.inf
     v = v_slow + (v_top - v_slow) * np.clip(room / full_room, 0.0, 1.0)
     if np.all(v >= v_top):
         return None

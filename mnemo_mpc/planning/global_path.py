@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 # Re-plans after blocking where the oriented footprint does not fit (module docstring).
 MAX_FOOTPRINT_REPLANS = 3
+# How far behind the last projection the robot is searched for on the path (`local_reference`).
+LOOKBACK_M = 1.0
 
 
 @dataclass(frozen=True)
@@ -268,7 +270,7 @@ def local_reference(
     speed: float,
     goal_yaw: float | None = None,
     progress: float = 0.0,
-    lookback_m: float = 1.0,
+    lookback_m: float = LOOKBACK_M,
     profile: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> LocalReference:
     """The MPC reference: `horizon`+1 points spaced `speed * dt` of arc length along `path`, from the robot's

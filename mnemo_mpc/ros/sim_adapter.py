@@ -8,6 +8,7 @@ directly with rosbags message classes.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,10 +62,11 @@ class SimAdapter:
 
             # As the episode runner does: the path on the known map; InfeasibleProblemError when there is none.
             self.global_path = plan_global_path(self.world.grid, self.world.start[:2], self.goal[:2], self.robot)
-        # A step is a whole number of physics substeps; simulated time is counted in integer nanoseconds, so stamps
-        # never drift and a time just below a whole second cannot round to the wrong second.
-        self.substeps = max(1, round(params.physics_hz / params.sim_rate_hz))
-        self.step_ns = round(self.substeps * 1e9 / params.physics_hz)
+        # A step is exactly 1 / sim_rate_hz, in a whole number of physics substeps at physics_hz or faster (the rule
+        # of SimConfig.for_robot); simulated time is counted in integer nanoseconds, so stamps never drift and a time
+        # just below a whole second cannot round to the wrong second.
+        self.substeps = max(1, math.ceil(params.physics_hz / params.sim_rate_hz - 1e-9))
+        self.step_ns = round(1e9 / params.sim_rate_hz)
         self.time_ns = 0
         # The profile's body, lidar range and local window (as `demo --params` simulates it), stepped at this rate.
         grid = closed_loop_setup(robot, sensor_range_m=sensor_range).sim.local_grid
@@ -96,7 +98,7 @@ class SimAdapter:
 
     @property
     def step_s(self) -> float:
-        """Simulated seconds per step (1 / sim_rate_hz rounded to whole physics substeps)."""
+        """Simulated seconds per step (1 / sim_rate_hz, to the nanosecond)."""
         return self.step_ns / 1e9
 
     @property

@@ -44,7 +44,9 @@ class SimNodeParams:
     sim_rate_hz: float = param(
         20.0, "simulation steps per simulated second; odom, grid, scan and /clock each step [Hz]"
     )
-    physics_hz: float = param(240.0, "physics substeps per simulated second (PyBullet's fixed step) [Hz]")
+    physics_hz: float = param(
+        240.0, "physics substeps per simulated second, at least (PyBullet's fixed step; whole substeps a step) [Hz]"
+    )
     real_time_factor: float = param(1.0, "simulated seconds per wall-clock second (1: real time)")
     cmd_timeout_s: float = param(0.5, "stop the robot when the last cmd_vel is older than this, in simulated time [s]")
     time_limit_s: float = param(
