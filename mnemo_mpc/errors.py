@@ -30,5 +30,9 @@ class InfeasibleProblemError(InputError):
     """The planning problem itself is invalid: start in collision, goal in an obstacle or unknown space."""
 
 
+class StartInCollisionError(InfeasibleProblemError):
+    """The robot's start pose is in collision on the grid it plans on (the controller then recovers)."""
+
+
 class DatasetError(MnemoError):
     """An on-disk dataset store is unreadable, inconsistent, or of the wrong schema version."""

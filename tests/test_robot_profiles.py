@@ -15,7 +15,7 @@ import yaml
 from mnemo_mpc.errors import InputError
 from mnemo_mpc.planning.footprint import Footprint
 from mnemo_mpc.planning.robot import RobotModel
-from mnemo_mpc.ros.params import NavParams
+from mnemo_mpc.profile import NavParams
 from mnemo_mpc.sim.robot import (
     URDF_PATH,
     DiffDriveRobot,

@@ -21,7 +21,7 @@ from mnemo_mpc.ros.fuzz import (
     describe,
     run_fuzz,
 )
-from mnemo_mpc.ros.params import NavParams
+from mnemo_mpc.profile import NavParams
 
 pytest.importorskip("rosbags.typesys", reason="rosbags provides the ROS2 message definitions")
 

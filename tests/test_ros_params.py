@@ -9,7 +9,7 @@ import pytest
 
 from mnemo_mpc.errors import InputError
 from mnemo_mpc.planning.robot import RobotModel
-from mnemo_mpc.ros.params import NODE_NAME, NavParams, write_default_yaml
+from mnemo_mpc.profile import NODE_NAME, NavParams, write_default_yaml
 
 CONFIG = Path(__file__).resolve().parents[1] / "config" / "nav.yaml"
 

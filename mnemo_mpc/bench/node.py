@@ -75,8 +75,8 @@ def run(cfg: NodeBenchConfig, progress: bool = True) -> dict[str, Any]:
     import numpy as np
 
     from mnemo_mpc import __version__
+    from mnemo_mpc.profile import NavParams
     from mnemo_mpc.ros.fuzz import FuzzConfig, run_fuzz
-    from mnemo_mpc.ros.params import NavParams
     from mnemo_mpc.sim.episode import percentiles
 
     params = NavParams.from_yaml(cfg.params_file) if cfg.params_file is not None else NavParams()

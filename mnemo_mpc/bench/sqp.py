@@ -127,7 +127,7 @@ def config_from_args(args: argparse.Namespace) -> SQPBenchConfig:
     cfg = replace(cfg, sigmas=tuple(sorted(sigmas)))
     if args.params is not None:
         from mnemo_mpc.planning.sizing import size_horizon
-        from mnemo_mpc.ros.params import NavParams
+        from mnemo_mpc.profile import NavParams
 
         # The profile's robot with its MPC step and local window sized so that it stops within what it sees.
         robot = NavParams.from_yaml(args.params).robot_model()

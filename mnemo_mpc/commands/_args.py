@@ -294,7 +294,7 @@ def load_params(args: argparse.Namespace) -> Any:
     if getattr(args, "params", None) is None:
         return None
     path = check_input_file(args.params, "--params", what="parameter file")
-    from mnemo_mpc.ros.params import NavParams
+    from mnemo_mpc.profile import NavParams
 
     try:
         return NavParams.from_yaml(path)
@@ -359,4 +359,19 @@ def add_world_arguments(p: argparse.ArgumentParser, scope: str = "") -> None:
         type=moving_count,
         default=0,
         help=f"moving obstacles per world{scope}: constant-velocity boxes and cylinders the lidar sees (default 0)",
+    )
+
+
+def add_realism_argument(p: argparse.ArgumentParser) -> None:
+    """--realism ideal|profile|harsh: how far the simulated robot departs from the planner's model
+    (`mnemo_mpc.sim.realism`); recorded in every result."""
+    from mnemo_mpc.sim.realism import LEVELS
+
+    p.add_argument(
+        "--realism",
+        choices=LEVELS,
+        default="profile",
+        help="the simulated robot: ideal (obeys the planner's model exactly: an upper bound), profile (the latency, "
+        "lags, slip, odometry and lidar the --params profile states; ideal for a profile without them; default) or "
+        "harsh (each of them worse than the profile states)",
     )

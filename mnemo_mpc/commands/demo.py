@@ -23,6 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     add_warmstart_arguments(p)
     _args.add_params_argument(p)
+    _args.add_realism_argument(p)
     p.set_defaults(func=handler)
 
 
@@ -48,13 +49,9 @@ def handler(args: argparse.Namespace) -> int:
     from mnemo_mpc.sim.simulator import Simulator
 
     # One profile (--params, else the default robot) sizes the robot, the MPC step, the simulator and the world.
-    setup = closed_loop_setup(
-        params.robot_model() if params is not None else None,
-        sensor_range_m=params.sensor_range_m if params is not None else None,
-        real_time=True,
-    )
+    setup = closed_loop_setup(params, real_time=True, realism=args.realism)
     world = generate_world(args.seed, setup.world, kind=args.kind)
-    controller = warmstart_controller(args, setup.robot, setup.mpc)
+    controller = warmstart_controller(args, setup)
     cfg = EpisodeConfig()
     provider = controller.warm_start_provider
     print(
@@ -91,6 +88,7 @@ def handler(args: argparse.Namespace) -> int:
             "controller": dataclasses.asdict(controller.config),
             "params": args.params,
             "sim": dataclasses.asdict(setup.sim),
+            "realism": setup.realism.to_dict(),
             "world": {"seed": world.seed, "kind": world.kind, "start": world.start, "goal": world.goal},
             "model": provider.describe() if provider is not None else None,
         },

@@ -39,6 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_warmstart_arguments(p)
     _args.add_params_argument(p)
+    _args.add_realism_argument(p)
     p.add_argument(
         "--no-global-path",
         action="store_true",
@@ -60,16 +61,10 @@ def add_warmstart_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="warm-start model (ONNX); default: a shipped one that fits the robot")
 
 
-def warmstart_controller(args: argparse.Namespace, robot: Any = None, mpc_config: Any = None, **config: Any) -> Any:
-    """A Controller with the warm start the flags ask for (see `add_warmstart_arguments`)."""
-    from mnemo_mpc.nav.controller import Controller, ControllerConfig
-    from mnemo_mpc.planning.mpc import MPCConfig
-    from mnemo_mpc.planning.robot import RobotModel
-    from mnemo_mpc.warmstart.runtime import resolve
-
-    robot, mpc_config = robot or RobotModel(), mpc_config or MPCConfig()
-    mode, provider = resolve(args.warmstart, args.model, robot, mpc_config.N, mpc_config.dt)
-    return Controller(robot, mpc_config, ControllerConfig(warm_start=mode, **config), provider)
+def warmstart_controller(args: argparse.Namespace, setup: Any, **config: Any) -> Any:
+    """The profile's Controller (`ClosedLoopSetup.controller`) with the warm start the flags ask for (see
+    `add_warmstart_arguments`; without them, the profile's `warm_start`)."""
+    return setup.controller(args.warmstart, args.model, **config)
 
 
 def _pose(value: Any, name: str) -> list[float]:
@@ -166,12 +161,7 @@ def handler(args: argparse.Namespace) -> int:
     from mnemo_mpc.sim.simulator import Simulator
 
     # One profile (--params, else the default robot) sizes the robot, the MPC step, the simulator and the worlds.
-    setup = closed_loop_setup(
-        params.robot_model() if params is not None else None,
-        sensor_range_m=params.sensor_range_m if params is not None else None,
-        real_time=True,
-        moving_obstacles=args.moving_obstacles,
-    )
+    setup = closed_loop_setup(params, real_time=True, realism=args.realism, moving_obstacles=args.moving_obstacles)
 
     # Each job: (label, make_world callable, goal tolerance, time limit).
     jobs: list[tuple[str, Any, float, float | None]] = []
@@ -208,7 +198,7 @@ def handler(args: argparse.Namespace) -> int:
 
     episodes, all_iters, all_times, starts = [], [], [], {}
     step_ms_by_family: dict[str, list[float]] = {}
-    controller = warmstart_controller(args, setup.robot, setup.mpc, goal_tolerance_m=args.goal_tolerance)
+    controller = warmstart_controller(args, setup, goal_tolerance_m=args.goal_tolerance)
     with Simulator(setup.sim) as sim:
         for label, make_world, tol, time_limit in tqdm(jobs, unit="episode", disable=args.no_progress):
             world = make_world()
@@ -266,12 +256,17 @@ def handler(args: argparse.Namespace) -> int:
         "overrun_steps": sum(e["overrun_steps"] for e in episodes),
         "recoveries": sum(e["recoveries"] for e in episodes),
         "failed_rate": sum(e["failed"] for e in episodes) / n,
+        "realism": setup.realism.to_dict(),
+        "failed_worlds": [e["world"] for e in episodes if not e["success"]],
+        "first_move_s": percentiles([e["first_move_s"] for e in episodes if e["first_move_s"] is not None], 3),
+        "never_moved": sum(e["first_move_s"] is None for e in episodes),
         "config": {
             "params": args.params,
             "robot": dataclasses.asdict(controller.robot),
             "mpc": dataclasses.asdict(controller.mpc_config),
             "controller": dataclasses.asdict(controller.config),
             "sim": dataclasses.asdict(setup.sim),
+            "realism": setup.realism.to_dict(),
             "world": dataclasses.asdict(setup.world) if args.worlds is not None else None,
         },
         "episodes": episodes,
@@ -292,6 +287,8 @@ def handler(args: argparse.Namespace) -> int:
     )
     for family, pct in summary["step_time_ms_by_family"].items():
         print(f"step time {family}: p99 {pct['p99']} ms, max {pct['max']} ms (period {summary['period_ms']} ms)")
+    if summary["failed_worlds"]:
+        print(f"not successful: {', '.join(summary['failed_worlds'])}")
     print(f"wrote {args.out}")
     return 0
 

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--distro: expected one of {', '.join(Stores.__members__)}, got {args.distro!r}")
 
     from mnemo_mpc.atomic import atomic_write_json
-    from mnemo_mpc.ros.params import NavParams
+    from mnemo_mpc.profile import NavParams
     from mnemo_mpc.ros.replay import replay_bag
 
     params = NavParams.from_yaml(args.params) if args.params else NavParams()

@@ -18,6 +18,12 @@ applied. Around that core this module adds what a robot needs and the paper does
 * getting unstuck (`mnemo_mpc.nav.recovery`): no progress of `required_movement_m` within `progress_timeout_s` starts
   the recoveries rotate in place -> back off (v_min < 0 only) -> re-plan, each with its status and a log line, and
   "failed" after `max_recoveries` without progress (a stop, until a new goal);
+* the drive as it is (`mnemo_mpc.nav.actuation`, `ControllerConfig.actuation`): the state is predicted over the
+  measurement's age and the command latency with the commands already sent, the MPC plans from that prediction, and
+  the first planned velocity is turned into the command a lagging drive needs to reach it;
+* the robot's own cells are known free (`mnemo_mpc.nav.clearing`): the footprint, and unknown cells in its turning
+  circle, so a limited field of view never freezes it; a start that is truly blocked stops with status
+  "fallback_stop_blocked" and starts the recoveries after `blocked_recovery_s`;
 * safety: the output is always finite and inside the velocity and acceleration limits (clipped and flagged); a failed
   solve falls back to the previous plan's next control while that plan is still collision-free in the current grid
   (every covering disc of the footprint, as the MPC checks it),
@@ -34,8 +40,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mnemo_mpc.errors import InfeasibleProblemError, InputError, is_real
+from mnemo_mpc.errors import InfeasibleProblemError, InputError, StartInCollisionError, is_real
 from mnemo_mpc.nav import recovery, rotation_shim
+from mnemo_mpc.nav.actuation import ActuationModel, CommandHistory
+from mnemo_mpc.nav.clearing import clear_robot_cells
 from mnemo_mpc.nav.moving_obstacles import MovingObstacleConfig, MovingObstacles, stopping_reach
 from mnemo_mpc.nav.own_path import OwnPath
 from mnemo_mpc.nav.recovery import Behaviour, ProgressChecker
@@ -106,6 +114,12 @@ class ControllerConfig:
     # Moving obstacles detected in the grids get the room they can cover while the robot stops
     # (mnemo_mpc.nav.moving_obstacles); None: the MPC sees every grid as a still world
     moving_obstacles: MovingObstacleConfig | None = field(default_factory=MovingObstacleConfig)
+    # The drive's latency and lags, compensated (mnemo_mpc.nav.actuation); None: commands act at once, as planned
+    actuation: ActuationModel | None = None
+    # The robot's own cells known free (mnemo_mpc.nav.clearing); False: the grid as given
+    clear_footprint: bool = True
+    # A start in collision for this long starts the recoveries (instead of waiting for the progress checker)
+    blocked_recovery_s: float = 1.0
 
     def __post_init__(self) -> None:
         if self.warm_start not in MODES:
@@ -124,7 +138,7 @@ class ControllerConfig:
             raise InputError(
                 f"ControllerConfig.subgoal_clearance_m: expected metres >= 0, got {self.subgoal_clearance_m!r}"
             )
-        for name in ("reuse_previous_plan", "plan_own_path"):
+        for name in ("reuse_previous_plan", "plan_own_path", "clear_footprint"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"ControllerConfig.{name}: expected True or False, got {getattr(self, name)!r}")
         if self.planner_unknown_policy not in UNKNOWN_POLICIES:
@@ -144,6 +158,7 @@ class ControllerConfig:
             ("backup_dist_m", "metres"),
             ("backup_speed", "m/s"),
             ("recovery_time_allowance_s", "seconds"),
+            ("blocked_recovery_s", "seconds"),
         ):
             value = getattr(self, name)
             if not (is_real(value) and value > 0):
@@ -152,6 +167,10 @@ class ControllerConfig:
             raise InputError(f"ControllerConfig.max_recoveries: expected an integer >= 0, got {self.max_recoveries!r}")
         if self.max_recoveries < 0:
             raise InputError(f"ControllerConfig.max_recoveries: expected an integer >= 0, got {self.max_recoveries!r}")
+        if self.actuation is not None and not isinstance(self.actuation, ActuationModel):
+            raise InputError(
+                f"ControllerConfig.actuation: expected an ActuationModel or None, got {type(self.actuation).__name__}"
+            )
         if self.rotation_shim is not None and not isinstance(self.rotation_shim, ShimConfig):
             raise InputError(
                 "ControllerConfig.rotation_shim: expected a ShimConfig or None, got "
@@ -177,6 +196,8 @@ class ControlOutput:
     time_s: float = 0.0  # the whole step (ESDF, reference, solve, checks)
     field: DistanceField | None = None  # the ESDF the MPC planned on (for re-solves, e.g. the dataset's expert)
     warm_start: WarmStart | None = None  # the start the solve was given (None = cold)
+    # (x, y, yaw, v, w) the step planned from: the measurement predicted to when the command acts (nav.actuation)
+    start_state: np.ndarray | None = None
 
 
 def _vector(value: object, size: int, name: str) -> np.ndarray:
@@ -216,6 +237,9 @@ class Controller:
         self._own_progress = 0.0
         self._checker = ProgressChecker(cfg.required_movement_m, cfg.progress_timeout_s)
         self._clock = 0.0  # controller time: one control period (MPCConfig.dt) per step
+        self._actuation = cfg.actuation if cfg.actuation is not None and not cfg.actuation.is_identity else None
+        self._history = CommandHistory(self._actuation) if self._actuation is not None else None
+        self._blocked_since: float | None = None  # controller time the start was first found in collision
         self._shim = RotationShim(cfg.rotation_shim) if cfg.rotation_shim is not None else None
         self._moving = (
             None
@@ -245,6 +269,9 @@ class Controller:
         self._own.reset()
         self._own_progress = 0.0
         self._clock = 0.0
+        self._blocked_since = None
+        if self._history is not None:
+            self._history.reset()
         self._reset_recovery(None)
         if self._moving is not None:
             self._moving.reset()
@@ -299,8 +326,13 @@ class Controller:
         goal: np.ndarray,
         global_path: np.ndarray | None = None,
         max_iter: int | None = None,
+        now_s: float | None = None,
+        observation_age_s: float = 0.0,
     ) -> ControlOutput:
-        """Compute the command for this control period (dt = MPCConfig.dt)."""
+        """Compute the command for this control period (dt = MPCConfig.dt) from the grid and the pose and velocity
+        measured `observation_age_s` ago; `now_s` is the caller's clock (default: one dt per step). The stages: the
+        state predicted to when the command acts (`nav.actuation`), the robot's own cells cleared (`nav.clearing`),
+        the plan (`_plan`), and the command the drive needs to follow it."""
         t0 = time.perf_counter()
         if not isinstance(grid, OccupancyGrid):
             raise InputError(f"Controller.grid: expected an OccupancyGrid, got {type(grid).__name__}")
@@ -309,13 +341,49 @@ class Controller:
         goal = _vector(goal, 3, "goal")
         if max_iter is not None and (isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1):
             raise InputError(f"Controller.step.max_iter: expected an integer >= 1 or None, got {max_iter!r}")
+        if not (is_real(observation_age_s) and 0.0 <= observation_age_s <= 10.0):
+            raise InputError(
+                f"Controller.step.observation_age_s: expected seconds in [0, 10], got {observation_age_s!r}"
+            )
+        if now_s is not None and not is_real(now_s):
+            raise InputError(f"Controller.step.now_s: expected a finite time in seconds, got {now_s!r}")
+        t_now = self._clock if now_s is None else float(now_s)
+        act, history = self._actuation, self._history
+        if act is not None and history is not None:
+            start_pose, start_vel = history.predict(pose, velocity, t_now - observation_age_s, t_now + act.latency_s)
+        else:
+            start_pose, start_vel = pose, velocity
+        if self.config.clear_footprint:
+            reach = self.robot.radius + self.robot.safety_margin + self.mpc_config.clearance_buffer + grid.resolution
+            grid = clear_robot_cells(grid, self.robot, np.stack([pose, start_pose]), reach)
+        out = self._plan(grid, start_pose, start_vel, goal, global_path, max_iter, t0)
+        out.start_state = np.concatenate([start_pose, start_vel])
+        if act is not None and history is not None:
+            # The velocity to reach one step on -> the command a lagging drive needs for it, within the limits.
+            out.command = self.robot.clip_control(act.command_for(out.command, start_vel, self.mpc_config.dt))
+            history.record(t_now, out.command)
+            out.time_s = time.perf_counter() - t0
+        return out
+
+    def _plan(
+        self,
+        grid: OccupancyGrid,
+        pose: np.ndarray,
+        velocity: np.ndarray,
+        goal: np.ndarray,
+        global_path: np.ndarray | None,
+        max_iter: int | None,
+        t0: float,
+    ) -> ControlOutput:
+        """The velocity (v, w) the robot should have one step on, from `pose` and `velocity` (the start state)."""
         if global_path is not None and id(global_path) != self._given_path_id:
             self.set_global_path(global_path)
             self._given_path_id = id(global_path)
 
-        if self._goal is None or np.any(goal != self._goal):
+        if self._goal is None or self._new_goal(goal):
             self._reset_recovery(goal)
             self._own.clear_path()
+        self._goal = goal.copy()  # the same goal re-expressed (a localiser's frame update) moves with it
         now = self._clock
         self._clock += self.mpc_config.dt
         # Planned on from here: the grid with the room moving obstacles can cover marked (nav.moving_obstacles); the
@@ -337,7 +405,8 @@ class Controller:
         own = self._path is None and cfg.plan_own_path
         if own:
             self._own.seen.update(seen)  # also while a recovery turns to re-observe
-        recovered = self._recovery_step(grid, field_, pose, velocity, goal, now, t0)
+        blocked = self._blocked_since is not None and now - self._blocked_since >= cfg.blocked_recovery_s - 1e-9
+        recovered = self._recovery_step(grid, field_, pose, velocity, goal, now, t0, blocked)
         if isinstance(recovered, ControlOutput):
             return recovered
         status_override = recovered
@@ -412,9 +481,16 @@ class Controller:
                 start_label=source,
                 margin=margin,
             )
+        except StartInCollisionError as exc:
+            solve_error = str(exc)
+            if self._blocked_since is None:
+                self._blocked_since = now
+                log.warning("start blocked: %s; recoveries in %.1f s", exc, cfg.blocked_recovery_s)
         except InfeasibleProblemError as exc:
             solve_error = str(exc)
             log.warning("MPC problem infeasible: %s", exc)
+        if solve_error is None or not solve_error.startswith("start pose"):
+            self._blocked_since = None
 
         flags: list[str] = ["moving_obstacle"] if self._moving is not None and self._moving.last_detections else []
         if plan is not None and plan.success:
@@ -424,6 +500,8 @@ class Controller:
         else:
             flags.append("solve_failed")
             command, status = self._fallback(field_, pose, velocity, margin, plan)
+            if status == "fallback_stop" and self._blocked_since is not None:
+                status = "fallback_stop_blocked"  # the start is in collision on this grid: why the robot stops
         command, clip_flags = self.check_command(command, velocity)
         flags.extend(clip_flags)
         if status != "planned":
@@ -618,6 +696,12 @@ class Controller:
             mpc, field_, pose, margin
         )
 
+    def _new_goal(self, goal: np.ndarray) -> bool:
+        """A goal that differs from the current one by more than the goal tolerance (or 0.3 rad of heading) is a new
+        goal; a smaller change is the same goal re-expressed (a localiser updating the map -> odom transform)."""
+        d_yaw = abs((goal[2] - self._goal[2] + np.pi) % (2 * np.pi) - np.pi)
+        return float(np.hypot(*(goal[:2] - self._goal[:2]))) > self.config.goal_tolerance_m or d_yaw > 0.3
+
     # --- getting unstuck ------------------------------------------------------------------------------------------
     def _reset_recovery(self, goal: np.ndarray | None) -> None:
         """A new goal (or none): no recovery running, none counted, not failed; progress measured afresh."""
@@ -639,9 +723,11 @@ class Controller:
         goal: np.ndarray,
         now: float,
         t0: float,
+        blocked: bool = False,
     ) -> ControlOutput | str | None:
         """Run the progress checker and the recoveries: a ControlOutput when a recovery motion (or "failed") decides
-        this step, "recovery_replan" when this step plans afresh under that status, None for a normal step."""
+        this step, "recovery_replan" when this step plans afresh under that status, None for a normal step. `blocked`
+        (the start has been in collision for `blocked_recovery_s`) counts as stuck at once."""
         cfg = self.config
         mpc = self.mpc(grid.shape)
         if self._behaviour is not None:
@@ -656,8 +742,9 @@ class Controller:
         progressed, stuck = self._checker.update(pose, now)
         if progressed:
             self._recoveries, self._next_behaviour = 0, 0
-        if not stuck:
+        if not (stuck or blocked):
             return None
+        self._blocked_since = None  # a recovery now; blocked again afterwards starts the clock afresh
         self._checker.reset(pose, now)
         if self._recoveries >= cfg.max_recoveries:
             self._failed = True

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from mnemo_mpc.errors import InfeasibleProblemError, InputError, is_real
+from mnemo_mpc.errors import InfeasibleProblemError, InputError, StartInCollisionError, is_real
 from mnemo_mpc.planning import nlp as nlp_forms
 from mnemo_mpc.planning.codegen import BufferedFunction, BuildInfo
 from mnemo_mpc.planning.esdf import DistanceField
@@ -410,7 +410,7 @@ class SQPMPC:
                 detail = (
                     f"covering disc {d} is {disc_d0[d]:.3f} m from an obstacle < its radius {self.discs[d, 2]:.3f} m"
                 )
-            raise InfeasibleProblemError(f"start pose ({state[0]:.3f}, {state[1]:.3f}) is in collision: {detail}")
+            raise StartInCollisionError(f"start pose ({state[0]:.3f}, {state[1]:.3f}) is in collision: {detail}")
         _check_goal(field, goal)
         guess, label = self._start(state, warm_start, start_label)
         p = self.parameters(field, state, velocity, goal, reference)

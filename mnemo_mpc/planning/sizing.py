@@ -69,3 +69,26 @@ def size_horizon(
     cells = math.ceil(2.0 * (lookahead + r) / resolution - 1e-9)
     cells = min(max(cells + cells % 2, min_cells), max_cells)
     return HorizonSizing(dt, cells, cells * resolution, lookahead, stopping)
+
+
+def check_horizon(robot: RobotModel, n: int, dt: float, window_m: float) -> None:
+    """InputError unless `n` steps of `dt` reach the stopping distance at top speed and the horizon's reach plus the
+    circumscribed radius stays inside the square window of side `window_m` (module docstring); the message gives
+    the dt `size_horizon` would choose."""
+    v, r = robot.v_max, robot.radius
+    lookahead, stopping = n * dt * v, v * v / (2.0 * robot.a_max) + v * dt
+    if lookahead < stopping or lookahead + r > 0.5 * window_m + 1e-9:
+        why = (
+            f"{n} steps of {dt:g} s reach {lookahead:.2f} m at {v:g} m/s, "
+            + (f"short of the {stopping:.2f} m the robot needs to stop" if lookahead < stopping else "")
+            + (
+                f"past the {0.5 * window_m - r:.2f} m the {window_m:g} m window shows ahead of the body"
+                if lookahead >= stopping
+                else ""
+            )
+        )
+        try:
+            hint = f"; dt = {size_horizon(robot, n, max_cells=max(4, round(window_m / 0.05))).dt:.4f} s fits"
+        except InputError:
+            hint = ""
+        raise InputError(why + hint)

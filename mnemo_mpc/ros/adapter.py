@@ -33,8 +33,8 @@ import numpy as np
 from mnemo_mpc.errors import InputError
 from mnemo_mpc.nav.controller import Controller, ControlOutput
 from mnemo_mpc.planning.grid import OccupancyGrid
+from mnemo_mpc.profile import NavParams
 from mnemo_mpc.ros import convert
-from mnemo_mpc.ros.params import NavParams
 
 log = logging.getLogger(__name__)
 

@@ -45,8 +45,8 @@ from typing import Any
 import numpy as np
 
 from mnemo_mpc.planning.grid import OccupancyGrid
+from mnemo_mpc.profile import NavParams
 from mnemo_mpc.ros import convert
-from mnemo_mpc.ros.params import NavParams
 from mnemo_mpc.ros.sim_convert import SimMessageTypes, make_odometry, path_states
 from mnemo_mpc.sim.episode import percentiles
 

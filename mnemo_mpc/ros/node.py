@@ -25,9 +25,9 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Header
 
 from mnemo_mpc.errors import MnemoError
+from mnemo_mpc.profile import NODE_NAME, NavParams
 from mnemo_mpc.ros.adapter import NavAdapter
 from mnemo_mpc.ros.convert import MessageTypes
-from mnemo_mpc.ros.params import NODE_NAME, NavParams
 from mnemo_mpc.ros.ros_logging import forward_library_logs
 
 RCLPY_TYPES = MessageTypes(

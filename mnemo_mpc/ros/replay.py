@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from mnemo_mpc.errors import InputError, MnemoError
+from mnemo_mpc.profile import NavParams
 from mnemo_mpc.ros import convert
 from mnemo_mpc.ros.adapter import NavAdapter
-from mnemo_mpc.ros.params import NavParams
 
 log = logging.getLogger(__name__)
 

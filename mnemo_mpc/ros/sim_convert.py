@@ -85,14 +85,16 @@ def make_laser_scan(
 ) -> Any:
     """sensor_msgs/LaserScan from evenly spaced beam angles (relative to the robot's heading, as `LidarScan`).
 
-    Beams without a return are +inf (REP-117: "no return within range"), not `range_max`."""
+    Beams without a return are +inf (REP-117: "no return within range"), not `range_max`; lost beams (NaN ranges,
+    `LidarScan.valid` False) are NaN (REP-117: an erroneous reading)."""
     angles = np.asarray(angles, dtype=float)
     if angles.ndim != 1 or angles.size < 2:
         raise InputError(f"LaserScan angles: expected >= 2 evenly spaced beams, got shape {angles.shape}")
     inc = float(angles[1] - angles[0])
     if not np.allclose(np.diff(angles), inc, atol=1e-9):
         raise InputError("LaserScan angles: expected evenly spaced beams")
-    out = np.where(np.asarray(hit, dtype=bool), np.asarray(ranges, dtype=float), np.inf).astype(np.float32)
+    ranges = np.asarray(ranges, dtype=float)
+    out = np.where(np.asarray(hit, dtype=bool), ranges, np.where(np.isnan(ranges), np.nan, np.inf)).astype(np.float32)
     return types.LaserScan(
         header=make_header(types.base, stamp_s, frame_id),
         angle_min=float(angles[0]),

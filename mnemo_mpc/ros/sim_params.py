@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from mnemo_mpc.errors import InputError
-from mnemo_mpc.ros.params import checked_values, param, require_finite
+from mnemo_mpc.profile import checked_values, param, require_finite
 
 SIM_NODE_NAME = "mnemo_mpc_sim"
 
@@ -122,7 +122,7 @@ class SimNodeParams:
 
         if not self.robot_params:
             return RobotModel(), None
-        from mnemo_mpc.ros.params import NavParams
+        from mnemo_mpc.profile import NavParams
 
         path = Path(self.robot_params).expanduser()
         if not path.is_file():

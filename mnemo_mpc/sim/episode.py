@@ -90,11 +90,12 @@ def _expert(controller: Controller, out: ControlOutput, obs: Any, goal: np.ndarr
     if out.field is None or out.solve_error is not None:
         return None
     mpc = controller.mpc(obs.local_grid.shape)
+    start = out.start_state if out.start_state is not None else np.concatenate([obs.pose, obs.velocity])
     try:
         return mpc.solve(
             out.field,
-            obs.pose,
-            obs.velocity,
+            start[:3],
+            start[3:],
             out.subgoal,
             reference=out.reference,
             warm_start=out.warm_start,
@@ -150,10 +151,13 @@ def run_episode(
     rec: dict[str, list[Any]] | None = {} if cfg.record else None
     try:
         obs = sim.reset(world)
+        # What the robot knows (odometry + localiser, `Observation.pose`) drives the controller; the truth scores it.
+        truth = getattr(obs, "true_pose", None)
+        truth = obs.pose if truth is None else truth
         # Real time from the first step: compiled NLP, fallback and model loaded before the clock starts (the node's
         # warm-up); cheap when they already are. It also resets the controller for this episode.
         controller.warm_up(obs.local_grid.shape, obs.local_grid.resolution)
-        driven = [obs.pose.copy()]
+        driven = [truth.copy()]
         # Footprint-to-obstacle distance (static and moving) after every step, from the simulator's exact query;
         # a simulator without one (a test double) reports none.
         clearance_of = getattr(sim, "clearance", None)
@@ -163,18 +167,26 @@ def run_episode(
         if obs.collision:
             outcome = "collision"
         k = 0
+        # Goal and path reach the controller in the frame of its pose (odometry: through the localiser's latest
+        # transform, re-expressed when it changes, as Nav2 transforms its plan); the map frame for the ideal robot.
+        frame, goal_c, path_c = None, goal, path
         while outcome == "timeout" and obs.time_s < time_limit - 1e-9:
+            fix = getattr(obs, "map_from_odom", None)
+            if fix is not None and (frame is None or np.any(fix != frame)):
+                frame, goal_c, path_c = fix.copy(), sim.to_odom(goal), sim.to_odom(path)
             out = controller.step(
-                obs.local_grid, obs.pose, obs.velocity, goal, global_path=path if cfg.global_path else None
+                obs.local_grid, obs.pose, obs.velocity, goal_c, global_path=path_c if cfg.global_path else None
             )
-            if out.status == "goal_reached":
+            if out.status == "goal_reached" and float(np.hypot(*(goal[:2] - truth[:2]))) <= cfg.goal_tolerance_m:
                 outcome = "success"
                 break
             plan = out.plan
             stat = {
                 "step": k,
                 "t": round(float(obs.time_s), 3),
-                "pose": [round(float(v), 4) for v in obs.pose],
+                "pose": [round(float(v), 4) for v in truth],
+                # the localiser's view of where the robot is, against the truth
+                "pose_error_m": round(float(np.hypot(*(_to_map(obs.pose, frame)[:2] - truth[:2]))), 4),
                 "velocity": [round(float(v), 4) for v in obs.velocity],
                 "command": [round(float(v), 4) for v in out.command],
                 "status": out.status,
@@ -185,7 +197,7 @@ def run_episode(
                 "solver_status": plan.status if plan is not None else (out.solve_error or "not solved"),
                 "used_fallback": bool(plan.used_fallback) if plan is not None else False,
                 "step_time_s": float(out.time_s),
-                "dist_to_goal_m": round(float(np.hypot(*(goal[:2] - obs.pose[:2]))), 4),
+                "dist_to_goal_m": round(float(np.hypot(*(goal[:2] - truth[:2]))), 4),
             }
             if plan is not None and cfg.keep_plan_every and k % cfg.keep_plan_every == 0:
                 plans.append((k, plan.states.copy()))
@@ -197,14 +209,15 @@ def run_episode(
             if on_step is not None:
                 on_step(stat)
             obs = sim.step(float(out.command[0]), float(out.command[1]))
-            driven.append(obs.pose.copy())
+            truth = obs.pose if getattr(obs, "true_pose", None) is None else obs.true_pose
+            driven.append(truth.copy())
             if clearance_of is not None:
                 clearances.append(clearance_of(CLEARANCE_CAP_M))
             k += 1
             if obs.collision:
                 outcome = "collision"
                 cause = getattr(obs, "collision_cause", None)
-        if outcome == "timeout" and float(np.hypot(*(goal[:2] - obs.pose[:2]))) <= cfg.goal_tolerance_m:
+        if outcome == "timeout" and float(np.hypot(*(goal[:2] - truth[:2]))) <= cfg.goal_tolerance_m:
             outcome = "success"
     finally:
         if own_sim:
@@ -239,7 +252,10 @@ def run_episode(
         "collisions_robot_caused": int(outcome == "collision" and cause != "obstacle"),
         "collisions_obstacle_caused": int(outcome == "collision" and cause == "obstacle"),
         "moving_obstacles": len(world.moving),
-        "final_dist_to_goal_m": round(float(np.hypot(*(goal[:2] - obs.pose[:2]))), 4),
+        "final_dist_to_goal_m": round(float(np.hypot(*(goal[:2] - truth[:2]))), 4),
+        # How far what the robot knew was from the truth (odometry drift between localiser fixes)
+        "pose_error_m": percentiles([s["pose_error_m"] for s in steps], 4),
+        "first_move_s": _first_move_s(driven_arr, controller.mpc_config.dt),
         "fallback_steps": int(sum(s["status"].startswith("fallback") for s in steps)),
         "clipped_steps": int(sum(any(f.startswith("clipped") for f in s["flags"]) for s in steps)),
         "iterations": percentiles(iters, 3),
@@ -262,6 +278,22 @@ def run_episode(
     }
     record = _stack_record(rec, obs.local_grid.shape, controller.mpc_config.N) if rec is not None else None
     return EpisodeResult(metrics, steps, driven_arr, path, plans, world, record)
+
+
+def _to_map(pose: np.ndarray, map_from_odom: np.ndarray | None) -> np.ndarray:
+    """An odom-frame pose in the map frame through the localiser's transform (the pose itself without one)."""
+    if map_from_odom is None:
+        return np.asarray(pose, dtype=float)
+    cx, cy, cyaw = map_from_odom
+    c, s = np.cos(cyaw), np.sin(cyaw)
+    return np.array([cx + c * pose[0] - s * pose[1], cy + s * pose[0] + c * pose[1], pose[2] + cyaw])
+
+
+def _first_move_s(driven: np.ndarray, dt: float) -> float | None:
+    """Simulated time at which the true pose first moved (1 cm, or 0.02 rad of heading) from the start; None never."""
+    turned = np.abs((driven[:, 2] - driven[0, 2] + np.pi) % (2 * np.pi) - np.pi)
+    moved = (np.hypot(*(driven[:, :2] - driven[0, :2]).T) > 0.01) | (turned > 0.02)
+    return round(float(np.argmax(moved)) * dt, 3) if np.any(moved) else None
 
 
 def _check_body(sim: Any, robot: RobotModel) -> None:
@@ -297,8 +329,8 @@ def _record_step(
         "grid": grid.data,
         "grid_origin": np.asarray(grid.origin, dtype=float),
         "grid_resolution": grid.resolution,
-        "pose": obs.pose,
-        "velocity": obs.velocity,
+        "pose": out.start_state[:3] if out.start_state is not None else obs.pose,  # where the plan starts
+        "velocity": out.start_state[3:] if out.start_state is not None else obs.velocity,
         "goal": goal,
         "subgoal": out.subgoal if out.subgoal is not None else goal,
         "expert_states": expert.states if expert is not None else np.tile(obs.pose, (n + 1, 1)),

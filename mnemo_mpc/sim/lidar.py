@@ -2,7 +2,9 @@
 
 Ranges follow sensor_msgs/LaserScan: beam i points at `angle_min + i * angle_increment` relative to the heading;
 beams without a return report `range_max` and `hit = False`. Additive Gaussian range noise is drawn from the
-simulator's seeded generator, so a run is reproducible.
+simulator's seeded generator, so a run is reproducible. With `dropout` > 0 each beam is lost with that probability
+(a real scanner's NaN on dark, shiny or grazing surfaces): `valid` is False there, and consumers ignore the beam --
+neither a return nor free space along it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class LidarConfig:
     range_max_m: float = 5.0  # reaches the corners of the default 6 m local window (3 * sqrt 2 = 4.24 m)
     noise_std_m: float = 0.01
     height_m: float = 0.2
+    dropout: float = 0.0  # probability that a beam is lost (no valid reading), per beam and scan
 
     def __post_init__(self) -> None:
         if self.num_beams < 1:
@@ -34,6 +37,8 @@ class LidarConfig:
                 f"LidarConfig ranges: expected 0 <= range_min_m < range_max_m, "
                 f"got {self.range_min_m}, {self.range_max_m}"
             )
+        if not 0 <= self.dropout < 1:
+            raise InputError(f"LidarConfig.dropout: expected a probability in [0, 1), got {self.dropout}")
         if self.noise_std_m < 0:
             raise InputError(f"LidarConfig.noise_std_m: expected >= 0, got {self.noise_std_m}")
 
@@ -51,6 +56,7 @@ class LidarScan:
     hit: np.ndarray  # (n,) bool
     pose: np.ndarray  # (3,) sensor pose (x, y, yaw) in the map frame at scan time
     range_max: float
+    valid: np.ndarray | None = None  # (n,) bool: False for a lost beam (LidarConfig.dropout); None: all valid
 
     def directions(self) -> np.ndarray:
         """(n, 2) unit beam directions in the map frame."""
@@ -91,4 +97,11 @@ class Lidar:
         if c.noise_std_m > 0:
             noisy = ranges + self.rng.normal(0.0, c.noise_std_m, size=ranges.shape)
             ranges = np.where(hit, np.clip(noisy, c.range_min_m, c.range_max_m), ranges)
-        return LidarScan(angles=self._angles.copy(), ranges=ranges, hit=hit, pose=pose.copy(), range_max=c.range_max_m)
+        valid = None
+        if c.dropout > 0:
+            valid = self.rng.random(ranges.shape) >= c.dropout
+            hit &= valid
+            ranges = np.where(valid, ranges, np.nan)
+        return LidarScan(
+            angles=self._angles.copy(), ranges=ranges, hit=hit, pose=pose.copy(), range_max=c.range_max_m, valid=valid
+        )

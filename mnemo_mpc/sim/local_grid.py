@@ -122,14 +122,15 @@ class LocalGrid:
         oc = np.asarray(scan.pose[:2], dtype=float) / res - self.origin_index
         dirs = scan.directions().astype(np.float32)
         # No beam sample beyond the window's far corner can land inside it.
-        reach = min(float(scan.ranges.max(initial=0.0)) / res, math.hypot(*(oc - n / 2)) + n / math.sqrt(2))
+        ranges = np.nan_to_num(scan.ranges, nan=0.0)  # a lost beam (scan.valid False) clears nothing
+        reach = min(float(ranges.max(initial=0.0)) / res, math.hypot(*(oc - n / 2)) + n / math.sqrt(2))
         step = c.ray_step_cells
         ts = ((np.arange(int(math.ceil(reach / step))) + 0.5) * step).astype(np.float32)
-        free_len = (np.where(scan.hit, scan.ranges - c.hit_margin_m, scan.ranges) / res).astype(np.float32)
+        free_len = (np.where(scan.hit, ranges - c.hit_margin_m, ranges) / res).astype(np.float32)
         along = ts[None, :] < free_len[:, None]  # (beams, samples)
         miss = self._scatter(oc[0] + ts[None, :] * dirs[:, 0:1], oc[1] + ts[None, :] * dirs[:, 1:2], along)
         # Returns marked `hit_depth_m` into the surface: the wall's cell, not the free one in front of it
-        hit_t = (scan.ranges + c.hit_depth_m) / res
+        hit_t = (ranges + c.hit_depth_m) / res
         hit = self._scatter(oc[0] + hit_t * dirs[:, 0], oc[1] + hit_t * dirs[:, 1], np.asarray(scan.hit))
         miss &= ~hit
         lo = self.logodds.reshape(-1)

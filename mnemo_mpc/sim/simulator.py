@@ -27,10 +27,18 @@ cause: "robot" when the robot was driving into the obstacle -- its own velocity 
 component above `robot_caused_speed_m_s` against the contact normal, i.e. towards the obstacle -- and "obstacle"
 otherwise (the robot stood still, or moved away or along, and the obstacle ran into it). A contact with the static
 world is always "robot": walls do not move.
+
+A less obedient robot (`SimConfig.realism`, `mnemo_mpc.sim.realism`): commands act after a latency, through a lagging,
+saturating drive, and the body slips; the controller is handed the odometry pose and twist (`Observation.pose`,
+`.velocity`, in the drifting odom frame) and the local grid fused in that frame, with the localiser's map -> odom
+transform (`Observation.map_from_odom`, `Simulator.to_odom`) for goals and paths, while collisions, clearance and the
+episode's outcome use the true pose (`Observation.true_pose`). With the ideal realism (the default) every step is
+exactly the ideal robot's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import shutil
@@ -46,6 +54,7 @@ from mnemo_mpc.planning.robot import RobotModel
 from mnemo_mpc.planning.worlds import World
 from mnemo_mpc.sim.lidar import Lidar, LidarConfig, LidarScan
 from mnemo_mpc.sim.local_grid import LocalGrid, LocalGridConfig
+from mnemo_mpc.sim.realism import Drive, Realism
 from mnemo_mpc.sim.robot import DiffDriveConfig, DiffDriveRobot, diff_drive_config, write_robot_urdf
 from mnemo_mpc.sim.world import StaticGeometryConfig, build_moving_obstacles, build_static_geometry
 
@@ -68,6 +77,7 @@ class SimConfig:
     geometry: StaticGeometryConfig = field(default_factory=StaticGeometryConfig)
     # The robot's URDF; None: the shipped one for the default body, else one generated from `robot` (module docstring).
     urdf_path: str | None = None
+    realism: Realism = field(default_factory=Realism)  # the ideal robot unless a level asks for less (module docstring)
 
     def __post_init__(self) -> None:
         if not self.physics_hz > 0 or not self.control_dt > 0:
@@ -108,14 +118,18 @@ class Observation:
     """What the robot knows after a step. `collision` is True if the chassis touched an obstacle during the step
     (`Simulator.collided` stays True for the rest of the episode)."""
 
-    pose: np.ndarray  # (3,) x, y, yaw in the map frame
-    velocity: np.ndarray  # (2,) measured v (m/s along the heading), w (rad/s)
+    pose: np.ndarray  # (3,) x, y, yaw in the map frame: what the robot knows (odometry + localiser; exact if ideal)
+    velocity: np.ndarray  # (2,) measured v (m/s along the heading), w (rad/s): the odometry's twist
     local_grid: OccupancyGrid  # robot-centred fused window, origin moves with the robot
     scan: LidarScan
     collision: bool
     time_s: float
     step: int
     collision_cause: str | None = None  # "robot" or "obstacle" when `collision` (see the module docstring)
+    true_pose: np.ndarray | None = None  # (3,) the ground truth (the same as `pose` for the ideal robot)
+    # The localiser's map -> odom transform (x, y, yaw) when `pose` is odometry (mnemo_mpc.sim.realism); None: the
+    # map frame itself (ideal). Goals and paths in the map frame reach the controller through it (`Simulator.to_odom`).
+    map_from_odom: np.ndarray | None = None
 
 
 @dataclass
@@ -150,6 +164,10 @@ class Simulator:
         self.collided = False
         self.timing = StepTiming()
         self._substep = 1.0 / self.config.physics_hz
+        self.realism = self.config.realism
+        self._ideal = self.realism.is_ideal
+        self.drive = Drive(self.realism, np.random.default_rng(0))
+        self._lidar_config = self.realism.lidar(self.config.lidar)
         self._urdf_dir: str | None = None
         self.urdf_path = self._robot_urdf()
 
@@ -183,7 +201,11 @@ class Simulator:
         if pose.shape != (3,) or not np.all(np.isfinite(pose)):
             raise InputError(f"Simulator.reset start: expected a finite (x, y, yaw), got {pose.tolist()}")
         self.robot.reset(pose)
-        self.lidar = Lidar(self.client, c.lidar, np.random.default_rng(np.random.SeedSequence([c.seed, world.seed])))
+        self.lidar = Lidar(
+            self.client, self._lidar_config, np.random.default_rng(np.random.SeedSequence([c.seed, world.seed]))
+        )
+        self.drive = Drive(self.realism, np.random.default_rng(np.random.SeedSequence([c.seed, world.seed, 1])))
+        self.drive.reset(pose)
         self.local_grid.reset(pose[:2])
         self.time_s, self.steps, self.collided = 0.0, 0, False
         p.performCollisionDetection(physicsClientId=self.client)
@@ -225,14 +247,20 @@ class Simulator:
         n_sub = max(1, int(round(dt * self.config.physics_hz)))
         t0 = time.perf_counter()
         cause: str | None = None
+        if not self._ideal:
+            self.drive.send(v, w, self.time_s)
         for i in range(n_sub):
-            self._move_obstacles(self.time_s + (i + 1) * self._substep)
+            t_sub = self.time_s + (i + 1) * self._substep
+            self._move_obstacles(t_sub)
             v_world = np.zeros(2)
             if self.moving_bodies:  # only a moving obstacle's contact asks who moved
                 pose, vel = self.robot.pose(), self.robot.velocity()
                 v_world = vel[0] * np.array([math.cos(pose[2]), math.sin(pose[2])])
-            self.robot.command(v, w, self._substep)
+            body = (v, w) if self._ideal else self.drive.body_velocity(t_sub, self._substep)
+            self.robot.command(float(body[0]), float(body[1]), self._substep)
             self._p.stepSimulation(physicsClientId=self.client)
+            if not self._ideal:
+                self.drive.odometry(float(body[1]), self._substep, t_sub, self.robot.pose())
             now = self.contact_cause(v_world)
             cause = cause or now  # the first contact of the step names its cause
         self.timing.physics_s = time.perf_counter() - t0
@@ -257,15 +285,23 @@ class Simulator:
 
     def _observe(self, cause: str | None) -> Observation:
         t0 = time.perf_counter()
-        pose = self.robot.pose()
-        scan = self.lidar.scan(pose, exclude_body=self.robot.body)
+        true_pose = self.robot.pose()
+        scan = self.lidar.scan(true_pose, exclude_body=self.robot.body)
+        pose, velocity = true_pose, self.robot.velocity()
+        if not self._ideal:
+            # The beams leave the true pose; the robot registers them where it believes it is.
+            pose = self.drive.estimate.copy()
+            scan = dataclasses.replace(scan, pose=pose.copy())
+            velocity = self.drive.measured_velocity(float(self.robot.velocity()[1]))
         t1 = time.perf_counter()
         grid = self.local_grid.update(scan)
         t2 = time.perf_counter()
         self.timing.lidar_s, self.timing.grid_s = t1 - t0, t2 - t1
         return Observation(
             pose=pose,
-            velocity=self.robot.velocity(),
+            true_pose=true_pose,
+            map_from_odom=None if self._ideal or self.realism.localization_period_s <= 0 else self.drive.map_from_odom,
+            velocity=velocity,
             local_grid=grid,
             scan=scan,
             collision=cause is not None,
@@ -278,11 +314,17 @@ class Simulator:
     def pose(self) -> np.ndarray:
         return self.robot.pose()
 
+    def to_odom(self, points: np.ndarray) -> np.ndarray:
+        """Map-frame (x, y[, yaw]) rows in the frame the robot's pose is given in (`Observation.map_from_odom`)."""
+        if self._ideal or self.realism.localization_period_s <= 0:
+            return np.asarray(points, dtype=float)
+        return self.drive.to_odom(points)
+
     def velocity(self) -> np.ndarray:
         return self.robot.velocity()
 
     def scan(self) -> LidarScan:
-        """A fresh scan at the current pose (draws noise; does not touch the local grid)."""
+        """A fresh scan at the current (true) pose (draws noise; does not touch the local grid)."""
         return self.lidar.scan(self.robot.pose(), exclude_body=self.robot.body)
 
     def in_contact(self) -> bool:

@@ -1,7 +1,14 @@
-"""The node's parameters: one dataclass is the single source of names, defaults, types and descriptions.
+"""One robot file, read once (issue 24 item 4): the node's parameters and the builder every command shares.
 
-The rclpy node declares every field as a ROS parameter (with its description); `config/nav.yaml` sets them; the
-tests check the YAML against this dataclass without ROS. No rclpy import here.
+`NavParams` is the single source of names, defaults, types and descriptions: the rclpy node declares every field as
+a ROS parameter (with its description); `config/nav.yaml` and the robot profiles in `config/robots/` set them; the
+tests check the YAML against this dataclass without ROS. A profile describes the robot (footprint, limits), its
+sensor (`sensor:` section: lidar field of view, beams, noise, dropouts), its dynamics (`dynamics:` section: latency,
+actuator lags, slip, odometry; `mnemo_mpc.sim.realism`) and the MPC's sizing (horizon_steps, dt, max_iter).
+
+`build(params, real_time=...)` turns it into the robot, the MPC configuration and the controller configuration; the
+node (`mnemo_mpc.ros.adapter`) and `demo` / `eval` / `collect` / `bench` (`mnemo_mpc.sim.profile.closed_loop_setup`)
+all call it, so they plan for the same robot with the same MPC (tests/test_profile.py).
 """
 
 from __future__ import annotations
@@ -19,13 +26,44 @@ from mnemo_mpc.safe_io import load_yaml
 from mnemo_mpc.warmstart import MODES
 
 NODE_NAME = "mnemo_mpc_nav"
+# Share of the control period one SQP solve may take (wall clock, checked after each iteration): the rest of the tick
+# (distance field, sub-goal, warm start, checks) takes the other part.
+SOLVE_BUDGET = 0.3
 # A parameter file is a few kilobytes (config/nav.yaml: ~6 KB); 1 MiB leaves room for many nodes' entries.
 MAX_PARAMS_FILE_BYTES = 1 << 20
 
 
-def param(default: Any, description: str) -> Any:
-    """A parameter field: its default and the description the node declares it with."""
-    return field(default=default, metadata={"description": description})
+# Sections of a profile: `dynamics: {latency_s: ...}` in YAML is the ROS parameter `dynamics.latency_s` and the field
+# `dynamics_latency_s` here.
+SECTIONS = ("dynamics", "sensor")
+
+
+def param(default: Any, description: str, section: str | None = None) -> Any:
+    """A parameter field: its default, the description the node declares it with, and its profile section."""
+    return field(default=default, metadata={"description": description, "section": section})
+
+
+def ros_name(f: Any) -> str:
+    """The ROS parameter name of dataclass field `f`: `section.key` for a sectioned field, else the field's name."""
+    section = f.metadata.get("section")
+    return f"{section}.{f.name[len(section) + 1 :]}" if section else f.name
+
+
+def flatten_sections(values: dict[str, Any], source: str) -> dict[str, Any]:
+    """`{dynamics: {latency_s: x}}` and `{"dynamics.latency_s": x}` (how rcl flattens it) -> `{dynamics_latency_s: x}`."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        key = str(key)
+        if key in SECTIONS:
+            if not isinstance(value, dict):
+                raise InputError(f"{source}: section {key}: expected a mapping of names to values, got {value!r}")
+            for sub, v in value.items():
+                out[f"{key}_{sub}"] = v
+        elif "." in key and key.split(".", 1)[0] in SECTIONS:
+            out[key.replace(".", "_", 1)] = value
+        else:
+            out[key] = value
+    return out
 
 
 def require_finite(params: Any) -> None:
@@ -95,6 +133,42 @@ class NavParams:
         "auto", "SQP start: cold, shift, learned, hybrid, or auto (hybrid when a model fits the robot, else shift)"
     )
     warm_start_model: str = param("", "warm-start model (ONNX); empty: a shipped model that fits the robot")
+    # The robot as it really moves (issue 24; mnemo_mpc.sim.realism simulates it, `mnemo-mpc identify` measures it). The
+    # controller predicts over the latency and inverts the lags when compensate_dynamics is on; 0 / 1: ideal.
+    compensate_dynamics: bool = param(
+        True, "predict the state over the command latency and invert the actuator lags (dynamics section)"
+    )
+    dynamics_latency_s: float = param(
+        0.0,
+        "command latency: from publishing cmd_vel to the wheels acting on it [s] (odometry age is measured)",
+        "dynamics",
+    )
+    dynamics_latency_jitter_s: float = param(0.0, "half-width of the latency's jitter [s] (simulation)", "dynamics")
+    dynamics_lag_v_s: float = param(0.0, "first-order time constant of the linear velocity loop [s]", "dynamics")
+    dynamics_lag_w_s: float = param(0.0, "first-order time constant of the angular velocity loop [s]", "dynamics")
+    dynamics_accel_v_max: float = param(
+        0.0, "the drive's own linear acceleration saturation [m/s^2] (simulation); 0: none beyond the lag", "dynamics"
+    )
+    dynamics_accel_w_max: float = param(
+        0.0, "the drive's own angular acceleration saturation [rad/s^2] (simulation); 0: none", "dynamics"
+    )
+    dynamics_slip_v: float = param(1.0, "body speed over wheel speed (skid-steer slip) (simulation)", "dynamics")
+    dynamics_slip_w: float = param(1.0, "body yaw rate over wheel yaw rate (skid-steer slip) (simulation)", "dynamics")
+    dynamics_slip_noise: float = param(
+        0.0, "relative std of the slip factors per control period (simulation)", "dynamics"
+    )
+    dynamics_odom_v_noise: float = param(0.0, "relative std of the wheel-speed reading (simulation)", "dynamics")
+    dynamics_gyro_bias_rad_s: float = param(0.0, "gyro yaw-rate bias [rad/s] (simulation)", "dynamics")
+    dynamics_gyro_noise_rad_s: float = param(0.0, "gyro yaw-rate noise std [rad/s] (simulation)", "dynamics")
+    dynamics_localization_period_s: float = param(
+        0.0, "localiser fix period [s] (simulation); 0: the true pose (no odometry drift)", "dynamics"
+    )
+    dynamics_localization_noise_m: float = param(0.0, "localiser position noise std [m] (simulation)", "dynamics")
+    dynamics_localization_noise_rad: float = param(0.0, "localiser heading noise std [rad] (simulation)", "dynamics")
+    sensor_fov_deg: float = param(360.0, "lidar field of view, centred on the heading [deg]", "sensor")
+    sensor_beams: int = param(360, "lidar beams per scan", "sensor")
+    sensor_noise_m: float = param(0.01, "lidar range noise std [m]", "sensor")
+    sensor_dropout: float = param(0.0, "probability that a lidar beam is lost (NaN) [0, 1)", "sensor")
 
     def __post_init__(self) -> None:
         require_finite(self)
@@ -126,6 +200,8 @@ class NavParams:
         if self.unknown_policy not in ("occupied", "free"):
             raise InputError(f"parameter unknown_policy: expected 'occupied' or 'free', got {self.unknown_policy!r}")
         self.robot_model()  # footprint and limits checked now, each error naming its parameter
+        self.realism()  # the dynamics and sensor sections likewise
+        self.actuation()
 
     @property
     def control_period_s(self) -> float:
@@ -159,7 +235,30 @@ class NavParams:
                 raise InputError(f"{path}: entry '{key}': expected a 'ros__parameters:' mapping")
             values.update(entry["ros__parameters"])
         values = {k: v for k, v in values.items() if k != "use_sim_time"}
-        return cls.from_dict(values, source=str(path))
+        return cls.from_dict(flatten_sections(values, str(path)), source=str(path))
+
+    @classmethod
+    def for_robot(cls, robot: Any, **values: Any) -> NavParams:
+        """The parameters of a bare `RobotModel`: its footprint and limits, the dt `size_horizon` gives it (and a
+        control rate of 1/dt), the built-in defaults elsewhere; `values` set any other field."""
+        from mnemo_mpc.planning.sizing import size_horizon
+
+        fp = robot.shape
+        dt = size_horizon(robot, values.get("horizon_steps", cls.horizon_steps)).dt
+        fields = {
+            "footprint": "" if fp.is_circle else "[" + ", ".join(f"[{x!r}, {y!r}]" for x, y in fp.vertices) + "]",
+            "robot_radius": float(robot.radius),
+            "footprint_tolerance": float(robot.footprint_tolerance),
+            "safety_margin": float(robot.safety_margin),
+            "v_min": float(robot.v_min),
+            "v_max": float(robot.v_max),
+            "w_max": float(robot.w_max),
+            "a_max": float(robot.a_max),
+            "alpha_max": float(robot.alpha_max),
+            "dt": dt,
+            "control_rate_hz": 1.0 / dt,
+        }
+        return cls(**{**fields, **values})
 
     def descriptions(self) -> dict[str, str]:
         return {f.name: f.metadata["description"] for f in dataclasses.fields(self)}
@@ -185,35 +284,66 @@ class NavParams:
             footprint_tolerance=self.footprint_tolerance,
         )
 
-    def mpc_config(self) -> Any:
+    def realism(self, level: str = "profile") -> Any:
+        """The simulated robot these parameters state (`mnemo_mpc.sim.realism.realism_for`); each bad value an
+        InputError naming its parameter."""
+        from mnemo_mpc.sim.realism import realism_for
+
+        try:
+            return realism_for(self, level)
+        except InputError as exc:
+            raise InputError(f"parameter {exc}") from exc
+
+    def actuation(self) -> Any:
+        """The controller's model of the drive (`mnemo_mpc.nav.actuation.ActuationModel`), None when
+        compensate_dynamics is off."""
+        from mnemo_mpc.nav.actuation import ActuationModel
+
+        if not self.compensate_dynamics:
+            return None
+        try:
+            return ActuationModel(self.dynamics_latency_s, self.dynamics_lag_v_s, self.dynamics_lag_w_s)
+        except InputError as exc:
+            raise InputError(f"parameter dynamics.{exc}") from exc
+
+    def mpc_config(self, real_time: bool = True) -> Any:
+        """The MPC these parameters describe. `real_time` (the node, demo, eval): every solve bounded by
+        SOLVE_BUDGET of the control period and the fallback as configured; off (`collect`): the iteration cap alone
+        and IPOPT for failed solves, so a dataset does not depend on how busy the machine was."""
         from mnemo_mpc.planning.mpc import MPCConfig
 
+        common = {
+            "N": self.horizon_steps,
+            "dt": self.dt,
+            "method": self.sqp_method,
+            "qpsol": self.qpsol,
+            "max_iter": self.max_iter,
+            "start_tolerance_m": 0.5 * self.grid_resolution,  # a lidar-built costmap (MPCConfig.start_tolerance_m)
+        }
+        if not real_time:
+            return MPCConfig(**common)
         return MPCConfig(
-            N=self.horizon_steps,
-            dt=self.dt,
-            method=self.sqp_method,
-            qpsol=self.qpsol,
-            max_iter=self.max_iter,
-            # the SQP may use 0.4 of a period: ESDF, warm start and checks take the rest of the tick
-            max_time_s=0.4 * self.control_period_s,
-            start_tolerance_m=0.5 * self.grid_resolution,  # a lidar-built costmap (MPCConfig.start_tolerance_m)
+            **common,
+            max_time_s=SOLVE_BUDGET * self.control_period_s,
             fallback=self.fallback_solver or None,
             # the SQP and the rest of the tick take the rest of the period (and IPOPT's last iteration may overrun)
             fallback_max_time_s=0.3 * self.control_period_s,
         )
 
-    def controller(self) -> Any:
-        """The controller these parameters describe, with its warm-start model when the mode uses one."""
-        from mnemo_mpc.nav.controller import Controller, ControllerConfig
-        from mnemo_mpc.warmstart.runtime import resolve
+    def controller_config(self, **overrides: Any) -> Any:
+        """The controller settings these parameters describe (warm start resolved by the caller: `build`)."""
+        from mnemo_mpc.nav.controller import ControllerConfig
 
-        robot, mpc = self.robot_model(), self.mpc_config()
-        mode = None if self.warm_start == "auto" else self.warm_start
-        mode, provider = resolve(mode, self.warm_start_model or None, robot, mpc.N, mpc.dt)
-        config = ControllerConfig(
-            goal_tolerance_m=self.goal_tolerance_m, unknown_policy=self.unknown_policy, warm_start=mode
-        )
-        return Controller(robot, mpc, config, provider)
+        values = {
+            "goal_tolerance_m": self.goal_tolerance_m,
+            "unknown_policy": self.unknown_policy,
+            "actuation": self.actuation(),
+        }
+        return ControllerConfig(**{**values, **overrides})
+
+    def controller(self, real_time: bool = True) -> Any:
+        """The controller these parameters describe, with its warm-start model when the mode uses one."""
+        return build(self, real_time=real_time).controller()
 
 
 def checked_values(cls: type, values: dict[str, Any], source: str) -> dict[str, Any]:
@@ -253,3 +383,51 @@ def write_default_yaml(path: str | Path) -> None:
         value = yaml.safe_dump(getattr(p, f.name), default_flow_style=True).strip().removesuffix("...").strip()
         lines.append(f"    {f.name}: {value}")
     atomic_write_text(path, "\n".join(lines) + "\n")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What one robot file builds (`build`): the robot, its MPC, its controller settings and the requested warm start."""
+
+    params: NavParams
+    robot: Any  # RobotModel
+    mpc: Any  # MPCConfig
+    controller_config: Any  # ControllerConfig (warm_start still "shift"; `controller` resolves it)
+
+    def controller(self, warmstart: str | None = None, model: str | None = None, **overrides: Any) -> Any:
+        """The Controller, its warm start resolved (`mnemo_mpc.warmstart.runtime.resolve`): `warmstart` / `model`
+        override the profile's `warm_start` / `warm_start_model` (None: the profile's; "auto": hybrid when a shipped
+        model fits the robot, else shift); `overrides` set any other ControllerConfig field."""
+        from mnemo_mpc.nav.controller import Controller
+        from mnemo_mpc.warmstart.runtime import resolve
+
+        p = self.params
+        mode = warmstart if warmstart is not None else p.warm_start
+        mode, provider = resolve(
+            None if mode == "auto" else mode, model or p.warm_start_model or None, self.robot, self.mpc.N, self.mpc.dt
+        )
+        config = dataclasses.replace(self.controller_config, warm_start=mode, **overrides)
+        return Controller(self.robot, self.mpc, config, provider)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "robot": dataclasses.asdict(self.robot),
+            "mpc": dataclasses.asdict(self.mpc),
+            "controller": dataclasses.asdict(self.controller_config),
+        }
+
+
+def build(params: NavParams | None = None, *, real_time: bool = True) -> Profile:
+    """The robot, MPC and controller configuration of `params` (None: the built-in robot, `NavParams()`), the one
+    builder of the node and every command (module docstring). Checks that the horizon reaches past the stopping
+    distance and stays on the planning window (`mnemo_mpc.planning.sizing`), naming the parameter to change."""
+    from mnemo_mpc.planning.sizing import check_horizon
+
+    params = params if params is not None else NavParams()
+    robot = params.robot_model()
+    mpc = params.mpc_config(real_time)
+    try:
+        check_horizon(robot, mpc.N, mpc.dt, params.grid_window_m)
+    except InputError as exc:
+        raise InputError(f"parameters horizon_steps / dt / grid_window_m: {exc}") from exc
+    return Profile(params, robot, mpc, params.controller_config())
