@@ -50,7 +50,7 @@ def ros_name(f: Any) -> str:
 
 
 def flatten_sections(values: dict[str, Any], source: str) -> dict[str, Any]:
-    """`{dynamics: {latency_s: x}}` and `{"dynamics.latency_s": x}` (how rcl flattens it) -> `{dynamics_latency_s: x}`."""
+    """`{dynamics: {latency_s: x}}` and `{"dynamics.latency_s": x}` (rcl's flat form) -> `{dynamics_latency_s: x}`."""
     out: dict[str, Any] = {}
     for key, value in values.items():
         key = str(key)
@@ -373,21 +373,28 @@ def write_default_yaml(path: str | Path) -> None:
 
     p = NavParams()
     lines = [
-        "# mnemo_mpc local planner parameters (generated from mnemo_mpc/ros/params.py: NavParams).",
+        "# mnemo_mpc local planner parameters (generated from mnemo_mpc/profile.py: NavParams).",
         "# '/**' applies to the node under any name and namespace (launch namespace:=, -r __ns:=/robot1).",
         "/**:",
         "  ros__parameters:",
     ]
+    section = None
     for f in dataclasses.fields(p):
-        lines.append(f"    # {f.metadata['description']}")
+        indent = "    "
+        if f.metadata.get("section"):
+            if f.metadata["section"] != section:
+                section = f.metadata["section"]
+                lines.append(f"    {section}:")
+            indent = "      "
         value = yaml.safe_dump(getattr(p, f.name), default_flow_style=True).strip().removesuffix("...").strip()
-        lines.append(f"    {f.name}: {value}")
+        lines.append(f"{indent}# {f.metadata['description']}")
+        lines.append(f"{indent}{ros_name(f).rsplit('.', 1)[-1]}: {value}")
     atomic_write_text(path, "\n".join(lines) + "\n")
 
 
 @dataclass(frozen=True)
 class Profile:
-    """What one robot file builds (`build`): the robot, its MPC, its controller settings and the requested warm start."""
+    """What one robot file builds (`build`): the robot, its MPC and its controller settings."""
 
     params: NavParams
     robot: Any  # RobotModel

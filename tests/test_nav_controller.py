@@ -106,7 +106,8 @@ def test_start_in_collision_stops_instead_of_raising(controller):
     controller.reset()
     grid = room()
     out = controller.step(grid, [1.5, 1.5, 0.0], [0.2, 0.0], [2.7, 2.7, 0.0])  # inside the box
-    assert out.status == "fallback_stop" and out.solve_error and "collision" in out.solve_error
+    # the status says why the robot stops: its start is in collision on the grid
+    assert out.status == "fallback_stop_blocked" and out.solve_error and "collision" in out.solve_error
     assert in_limits(controller, out.command, np.array([0.2, 0.0]))
 
 

@@ -43,8 +43,8 @@ def test_a_robot_that_cannot_stop_within_the_largest_window_is_refused():
 def test_shipped_profiles_run_the_node_at_the_sized_step(profile):
     """The node reads dt, control rate and window from the profile file: they must be what the sizing asks for (a
     Jackal at 2 m/s planned with the default 0.1 s step sees 6 m of horizon in a 6 m window and stops short of it)."""
-    from mnemo_mpc.resources import share_dir
     from mnemo_mpc.profile import NavParams
+    from mnemo_mpc.resources import share_dir
 
     params = NavParams.from_yaml(share_dir("config") / "robots" / f"{profile}.yaml")
     sized = size_horizon(params.robot_model(), params.horizon_steps)

@@ -10,9 +10,9 @@ import pytest
 
 from mnemo_mpc.errors import InputError
 from mnemo_mpc.planning.grid import OccupancyGrid
+from mnemo_mpc.profile import NavParams
 from mnemo_mpc.ros import convert
 from mnemo_mpc.ros.adapter import NavAdapter
-from mnemo_mpc.profile import NavParams
 
 typesys = pytest.importorskip("rosbags.typesys", reason="rosbags provides the ROS2 message definitions")
 ROOT = Path(__file__).resolve().parents[1]

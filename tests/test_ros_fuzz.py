@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from mnemo_mpc.profile import NavParams
 from mnemo_mpc.ros.fuzz import (
     HOSTILE,
     Delivery,
@@ -21,7 +22,6 @@ from mnemo_mpc.ros.fuzz import (
     describe,
     run_fuzz,
 )
-from mnemo_mpc.profile import NavParams
 
 pytest.importorskip("rosbags.typesys", reason="rosbags provides the ROS2 message definitions")
 

@@ -19,7 +19,9 @@ def test_shipped_yaml_sets_every_parameter_to_its_default():
     assert params == NavParams()
     import yaml
 
-    names = set(yaml.safe_load(CONFIG.read_text())["/**"]["ros__parameters"])
+    from mnemo_mpc.profile import flatten_sections
+
+    names = set(flatten_sections(yaml.safe_load(CONFIG.read_text())["/**"]["ros__parameters"], "nav.yaml"))
     assert names == {f.name for f in dataclasses.fields(NavParams)}
 
 

@@ -196,8 +196,8 @@ def test_robot_params_give_the_simulator_the_profiles_body_lidar_and_world(types
     """One file drives planner and simulator (issue 10 item 1): `robot_params` gives the simulated robot the Jackal's
     footprint, its 10 m lidar and 6 m window, and the world `mnemo-mpc demo --params` drives."""
     from mnemo_mpc.planning.worlds import generate_world
-    from mnemo_mpc.resources import share_file
     from mnemo_mpc.profile import NavParams
+    from mnemo_mpc.resources import share_file
     from mnemo_mpc.ros.sim_adapter import SimAdapter
     from mnemo_mpc.sim.profile import closed_loop_setup
     from mnemo_mpc.sim.robot import diff_drive_config

@@ -40,6 +40,7 @@ class PipelineConfig:
     model: str | None = None  # default: a shipped model that fits the robot
     clock: str = "wall"
     mpc: Any = field(default_factory=lambda: _mpc_config(fallback=None))
+    realism: str = "profile"  # the simulated robot (mnemo_mpc.sim.realism.LEVELS); the built-in robot's profile: ideal
 
 
 def _mpc_config(**kw: Any) -> Any:
@@ -59,11 +60,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stride", type=int, default=None, help="record every k-th step (default 3)")
     parser.add_argument("--model", default=None, help="warm-start model (ONNX); default: a shipped one")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    from mnemo_mpc.commands._args import add_realism_argument
+
+    add_realism_argument(parser)
 
 
 def config_from_args(args: argparse.Namespace) -> PipelineConfig:
     cfg = quick_config() if args.quick else PipelineConfig()
-    cfg = replace(cfg, seed=args.seed, model=args.model, clock=args.clock)
+    cfg = replace(cfg, seed=args.seed, model=args.model, clock=args.clock, realism=args.realism)
     if args.worlds is not None:
         cfg = replace(cfg, worlds=args.worlds)
     if args.stride is not None:
@@ -116,7 +120,8 @@ def run(cfg: PipelineConfig, progress: bool = True) -> dict:
     from mnemo_mpc.planning.global_path import plan_global_path
     from mnemo_mpc.planning.robot import RobotModel
     from mnemo_mpc.planning.worlds import generate_world
-    from mnemo_mpc.sim.simulator import Simulator
+    from mnemo_mpc.sim.realism import realism_for
+    from mnemo_mpc.sim.simulator import SimConfig, Simulator
     from mnemo_mpc.warmstart.runtime import WarmStartModel, find_model
 
     robot = RobotModel()
@@ -128,7 +133,7 @@ def run(cfg: PipelineConfig, progress: bool = True) -> dict:
     acc: dict[str, dict[str, list[Solve]]] = {m: {"fresh": [], "steady": []} for m in MODES}
     errors: list[np.ndarray] = []
     t0 = time.perf_counter()
-    with Simulator() as sim:
+    with Simulator(SimConfig(realism=realism_for(None, cfg.realism))) as sim:
         for i in tqdm(range(cfg.worlds), desc="bench pipeline", disable=not progress):
             world = generate_world(cfg.seed + i)
             gpath = plan_global_path(world.grid, world.start[:2], world.goal[:2], robot)
@@ -142,7 +147,8 @@ def run(cfg: PipelineConfig, progress: bool = True) -> dict:
                     break
                 if (k == 0 or k % cfg.stride == 0) and out.field is not None and out.solve_error is None:
                     mpc = driver.mpc(out.field.shape)
-                    ctx = WarmStartContext(out.field, obs.pose, obs.velocity, out.subgoal, out.reference)
+                    start = out.start_state  # what the step planned from (the prediction over the latency)
+                    ctx = WarmStartContext(out.field, start[:3], start[3:], out.subgoal, out.reference)
                     _record(mpc, model, ctx, prev, acc, errors, choose_start)
                 obs = sim.step(float(out.command[0]), float(out.command[1]))
     modes = {m: {kind: summarize(v, cfg.clock) for kind, v in acc[m].items() if v} for m in MODES}

@@ -30,6 +30,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "mnemo_mpc.bench.model",
         "warm-start ViT latency under onnxruntime vs batch size and sequence length, per feature map",
     ),
+    "realism": (
+        "mnemo_mpc.bench.realism",
+        "success and collisions vs command latency x actuator lag, today's controller beside the compensating one",
+    ),
     "node": (
         "mnemo_mpc.bench.node",
         "the ROS node core's control tick (callbacks + adapter + controller) on a closed-loop message stream",

@@ -36,6 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--model", default=None, help="warm-start model (ONNX) for --warmstart learned / hybrid")
     _args.add_params_argument(p)
+    _args.add_realism_argument(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=handler)
 
@@ -73,19 +74,22 @@ def handler(args: argparse.Namespace) -> int:
     world = WorldConfig() if args.difficulty is None else dataclasses.replace(WorldConfig(), difficulty=args.difficulty)
     model = str(Path(args.model).resolve()) if args.model else None
     profile: dict = {}
-    if params is not None:
+    controller = ControllerConfig(warm_start=args.warmstart)
+    if params is not None or args.realism != "profile":
         from mnemo_mpc.sim.profile import closed_loop_setup
 
-        # The profile's robot, its MPC step and the worlds sized for it (the simulator follows config.robot).
-        setup = closed_loop_setup(params.robot_model())
+        # The profile's robot, its MPC, its controller, its simulator (body, lidar, --realism) and the worlds sized
+        # for it; the iteration cap alone bounds the solves (not the machine's load).
+        setup = closed_loop_setup(params, realism=args.realism)
         world = dataclasses.replace(setup.world, difficulty=world.difficulty)
-        profile = {"robot": setup.robot, "mpc": setup.mpc}
+        profile = {"robot": setup.robot, "mpc": setup.mpc, "sim": setup.sim}
+        controller = dataclasses.replace(setup.profile.controller_config, warm_start=args.warmstart)
     world = dataclasses.replace(world, moving_obstacles=args.moving_obstacles)
     config = CollectConfig(
         seed=args.seed,
         world=world,
         kinds=args.world_kinds or (None,),
-        controller=ControllerConfig(warm_start=args.warmstart),
+        controller=controller,
         model=model,
         **profile,
     )

@@ -95,6 +95,8 @@ class CollectConfig:
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     episode: Any = field(default_factory=_episode_config_default)  # mnemo_mpc.sim.episode.EpisodeConfig
     model: str | None = None  # warm-start model (ONNX) for controller.warm_start "learned" / "hybrid"
+    # The simulator (body, period, lidar, realism: `closed_loop_setup(...).sim`); None: the robot's ideal one
+    sim: Any = None
 
     def __post_init__(self) -> None:
         if int(self.seed) < 0:
@@ -139,7 +141,7 @@ def _worker_state(config: CollectConfig) -> tuple[Any, Any]:
             provider = WarmStartModel(config.model, config.robot, config.mpc.N, config.mpc.dt)
         controller = Controller(config.robot, config.mpc, config.controller, provider)
         # The simulated body and control period are the configured robot's (the default robot: SimConfig()).
-        sim = Simulator(SimConfig.for_robot(config.robot, control_dt=config.mpc.dt))
+        sim = Simulator(config.sim or SimConfig.for_robot(config.robot, control_dt=config.mpc.dt))
         _WORKER.update(key=key, sim=sim, controller=controller)
     return _WORKER["sim"], _WORKER["controller"]
 

@@ -211,7 +211,12 @@ class NavAdapter:
             return self._publish(np.zeros(2), now_s, "stale_input", None, stale)
         pose, velocity = self._odom.value
         grid = self._grid.value.fit_window(pose[:2], self.window_shape, self.params.grid_resolution)
-        out = self.controller.step(grid, pose, velocity, self._goal, global_path=self._path)
+        # The odometry's age (its stamp, else its arrival) is part of the delay the controller predicts over.
+        odom_s = self._odom.stamp_s if self._odom.stamp_s is not None else self._odom.received_s
+        age = min(max(now_s - odom_s, 0.0), self.params.stale_timeout_s)
+        out = self.controller.step(
+            grid, pose, velocity, self._goal, global_path=self._path, now_s=now_s, observation_age_s=age
+        )
         target = np.zeros(2) if out.status == "goal_reached" else out.command
         reason = out.solve_error or ", ".join(out.flags)
         if out.plan is not None and not out.plan.success and not out.solve_error:
@@ -240,12 +245,16 @@ class NavAdapter:
 
     def limit(self, target: np.ndarray) -> np.ndarray:
         """The command to send for `target`: finite, inside the velocity limits and within one control period's
-        acceleration of the previous command."""
+        acceleration of the previous command -- for a drive with lag (`ControllerConfig.actuation`), within the
+        command step that moves its velocity by one period's acceleration (a_max T / (1 - exp(-T / lag)))."""
         robot = self.controller.robot
         target = np.asarray(target, dtype=float).reshape(-1)
         if target.shape != (2,) or not np.all(np.isfinite(target)):
             target = np.zeros(2)
         step = robot.accel_limits * self.period_s
+        actuation = self.controller.config.actuation
+        if actuation is not None:
+            step = step / actuation.response(self.period_s)
         last = self._last_command
         return robot.clip_control(np.clip(robot.clip_control(target), last - step, last + step))
 

@@ -25,7 +25,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Header
 
 from mnemo_mpc.errors import MnemoError
-from mnemo_mpc.profile import NODE_NAME, NavParams
+from mnemo_mpc.profile import NODE_NAME, NavParams, ros_name
 from mnemo_mpc.ros.adapter import NavAdapter
 from mnemo_mpc.ros.convert import MessageTypes
 from mnemo_mpc.ros.ros_logging import forward_library_logs
@@ -59,10 +59,11 @@ def read_params(node: Node, cls: type, reference: str) -> Any:
     defaults = cls()
     for f in dataclasses.fields(cls):
         desc = ParameterDescriptor(description=f.metadata["description"], dynamic_typing=True)
-        node.declare_parameter(f.name, getattr(defaults, f.name), desc)
-    values = {f.name: node.get_parameter(f.name).value for f in dataclasses.fields(cls)}
+        node.declare_parameter(ros_name(f), getattr(defaults, f.name), desc)
+    values = {f.name: node.get_parameter(ros_name(f)).value for f in dataclasses.fields(cls)}
     params = cls.from_dict(values, source=f"node {node.get_fully_qualified_name()} parameters")
-    unknown = sorted(set(getattr(node, "_parameter_overrides", {})) - set(values) - {"use_sim_time"})
+    declared = {ros_name(f) for f in dataclasses.fields(cls)}
+    unknown = sorted(set(getattr(node, "_parameter_overrides", {})) - declared - {"use_sim_time"})
     if unknown:
         node.get_logger().warning(f"ignoring unknown parameter(s) {unknown}; see {reference} for the names")
     return params

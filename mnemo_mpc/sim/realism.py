@@ -268,11 +268,9 @@ class Drive:
             true_pose = np.asarray(true_pose, dtype=float)
             c_yaw = true_pose[2] - yaw + float(self.rng.normal(0.0, r.localization_noise_rad))
             c, s = math.cos(c_yaw), math.sin(c_yaw)
-            c_xy = (
-                true_pose[:2]
-                - np.array([c * x - s * y, s * x + c * y])
-                + self.rng.normal(0.0, r.localization_noise_m, 2)
-            )
+            ox, oy = self.estimate[:2]
+            noise = self.rng.normal(0.0, r.localization_noise_m, 2)
+            c_xy = true_pose[:2] - np.array([c * ox - s * oy, s * ox + c * oy]) + noise
             self.map_from_odom = np.array([c_xy[0], c_xy[1], c_yaw])
 
     def to_odom(self, points: np.ndarray) -> np.ndarray:
