@@ -22,7 +22,20 @@ from mnemo_mpc.commands._args import ArgumentParser, user_error
 from mnemo_mpc.errors import MnemoError
 
 # Sub-command name -> module in mnemo_mpc.commands. A module that is not there yet is skipped.
-COMMANDS = ("demo", "bench", "eval", "collect", "data", "train", "export", "optim", "runs", "replay", "dds_loop")
+COMMANDS = (
+    "demo",
+    "bench",
+    "eval",
+    "collect",
+    "data",
+    "train",
+    "export",
+    "optim",
+    "runs",
+    "replay",
+    "dds_loop",
+    "identify",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

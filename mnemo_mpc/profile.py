@@ -233,9 +233,10 @@ class NavParams:
             entry = doc[key]
             if not isinstance(entry, dict) or not isinstance(entry.get("ros__parameters"), dict):
                 raise InputError(f"{path}: entry '{key}': expected a 'ros__parameters:' mapping")
-            values.update(entry["ros__parameters"])
+            # merged key by key, sections too (`dynamics.latency_s` is one parameter), as rcl does
+            values.update(flatten_sections(entry["ros__parameters"], str(path)))
         values = {k: v for k, v in values.items() if k != "use_sim_time"}
-        return cls.from_dict(flatten_sections(values, str(path)), source=str(path))
+        return cls.from_dict(values, source=str(path))
 
     @classmethod
     def for_robot(cls, robot: Any, **values: Any) -> NavParams:

@@ -85,12 +85,15 @@ def closed_loop_setup(
         built = dataclasses.replace(built, mpc=mpc)
     robot = built.robot
     world = WorldConfig.for_robot(robot, **world_overrides)
-    grid = LocalGridConfig(size_m=params.grid_window_m, resolution=params.grid_resolution)
+    real = realism_for(params, realism)
     sim = SimConfig.for_robot(
         robot,
         control_dt=built.mpc.dt,
         sensor_range_m=sensor_range_m if sensor_range_m is not None else params.sensor_range_m,
-        local_grid=grid,
-        realism=realism_for(params, realism),
+        realism=real,
     )
+    # the grid the robot fuses its scans into, tuned to its lidar's noise
+    noise = real.lidar(sim.lidar).noise_std_m
+    grid = LocalGridConfig.for_sensor(params.grid_window_m, params.grid_resolution, noise)
+    sim = dataclasses.replace(sim, local_grid=grid)
     return ClosedLoopSetup(built, sim, world)
