@@ -216,3 +216,27 @@ def test_fallback_reuses_a_plan_the_footprint_fits_but_the_circumscribed_circle_
     controller._last_plan, controller._plan_age = SimpleNamespace(controls=turning), 0
     command, status = controller._fallback(field_, pose, np.array([0.3, 0.0]))
     assert status == "fallback_stop"
+
+
+@pytest.mark.parametrize("distance_m", [1e3, 2e4, 1e5, 9e5])
+def test_a_far_goal_costs_what_a_near_one_does(distance_m):
+    """Issue 26 item 1: a goal between 1e3 and 1e6 m away (inside the input bound) with a wall in the way made the own
+    path's memory grid and its straight-line check grow with the distance (20 km: 1-6 s and ~1.1 GB a tick; 1.4e6 m:
+    a 68 GiB request). Both are now confined to the memory: the tick's allocations stay small and the own path
+    heads for the goal from at most half the memory's side away."""
+    import tracemalloc
+
+    data = np.zeros((120, 120), np.int8)
+    data[40:80, 70:74] = 100  # a wall across the line to the goal
+    grid = OccupancyGrid(data, 0.05, (-3.0, -3.0, 0.0))
+    ctrl = Controller(RobotModel(), MPCConfig(fallback=None), ControllerConfig(rotation_shim=None))
+    goal = np.array([distance_m, 0.0, 0.0])
+    ctrl.step(grid, np.zeros(3), np.zeros(2), goal)  # the memory learns the wall
+    tracemalloc.start()
+    out = ctrl.step(grid, np.zeros(3), np.zeros(2), goal)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert out.status in ("planned", "rotating_to_path", "fallback_stop", "fallback_previous_plan")
+    assert peak < 64 << 20, peak
+    path = ctrl.own_path
+    assert path is not None and np.hypot(*path[-1]) <= 0.5 * ctrl.config.seen_map_max_m + 1.0

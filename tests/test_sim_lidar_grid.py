@@ -139,3 +139,27 @@ def test_a_passage_keeps_its_width_under_range_noise():
     assert occupied[0.0125] > 5  # the mechanism the default removes
     with pytest.raises(InputError, match="hit_depth_m"):
         LocalGridConfig(hit_depth_m=0.1)
+
+
+def test_a_noisier_lidar_gets_a_grid_tuned_to_its_noise():
+    """The Jackal's lidar (sigma 0.02 m, `LocalGridConfig.for_sensor`): its walls stay out of a 0.55 m passage, where
+    the default grid (tuned to sigma 0.01 m) grows them in (issue 24: the Jackal stood in dense worlds)."""
+    data = np.full((80, 160), FREE, dtype=np.int8)
+    data[:2, :] = data[-2:, :] = data[:, :2] = data[:, -2:] = OCCUPIED
+    data[2:35, 20:140] = OCCUPIED
+    data[46:78, 20:140] = OCCUPIED  # the passage is y = 1.75 .. 2.3, x = 1 .. 7
+    world = world_from_grid(OccupancyGrid(data, RES), [0.5, 2.0, 0.0], [7.5, 2.0, 0.0])
+    occupied = {}
+    for name, grid_cfg in (("default", LocalGridConfig()), ("for_sensor", LocalGridConfig.for_sensor(6.0, RES, 0.02))):
+        with Simulator(SimConfig(lidar=LidarConfig(noise_std_m=0.02), local_grid=grid_cfg)) as sim:
+            obs = sim.reset(world)
+            for _ in range(60):
+                obs = sim.step(0.5, 0.0)
+        g = obs.local_grid
+        ox, oy, _ = g.origin
+        rows, cols = np.mgrid[0 : g.shape[0], 0 : g.shape[1]]
+        x, y = ox + (cols + 0.5) * RES, oy + (rows + 0.5) * RES
+        passage = (y > 1.75) & (y < 2.3) & (x > 1.2) & (x < 6.8)
+        occupied[name] = int(g.occupied_mask()[passage].sum())
+    assert LocalGridConfig.for_sensor(6.0, RES, 0.01) == LocalGridConfig()
+    assert occupied["for_sensor"] == 0 and occupied["default"] > 5, occupied

@@ -27,13 +27,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=_args.count, default=1, help="DDS runs per world and real-time factor (default 1)")
     p.add_argument("--work", default="out/dds_loop", help="folder for the runs' logs and demo outputs")
     p.add_argument("--params", default=None, help="robot profile / planner params YAML (config/robots/*.yaml)")
+    _args.add_realism_argument(p)
     p.add_argument("--out", required=True, help="result JSON (a PNG is written beside it)")
     p.set_defaults(func=handler)
 
 
-def _demo(seed: int, out: str, params: str | None = None) -> dict:
-    """`mnemo-mpc demo --seed S [--params P]` as a user runs it; its episode.json metrics plus the process's wall
-    time."""
+def _demo(seed: int, out: str, params: str | None = None, realism: str = "profile") -> dict:
+    """`mnemo-mpc demo --seed S [--params P] --realism R` as a user runs it; its episode.json metrics plus the
+    process's wall time."""
     import json
     import subprocess
     import sys
@@ -44,6 +45,7 @@ def _demo(seed: int, out: str, params: str | None = None) -> dict:
     t0 = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "mnemo_mpc.cli", "demo", "--seed", str(seed), "--out", out, "--quiet"]
+        + ["--realism", realism]
         + ([] if params is None else ["--params", params]),
         capture_output=True,
         text=True,
@@ -86,7 +88,7 @@ def handler(args: argparse.Namespace) -> int:
     load_before = os.getloadavg()
     rows = []
     for seed in args.seeds:
-        demo = _demo(seed, str(work / f"demo{seed}"), params_file)
+        demo = _demo(seed, str(work / f"demo{seed}"), params_file, args.realism)
         print(f"seed {seed}: demo {demo['outcome']} in {demo['time_s']} s simulated ({demo['wall_time_s']} s wall)")
         dds = []
         for rtf in args.rtf:
@@ -100,6 +102,7 @@ def handler(args: argparse.Namespace) -> int:
                         "time_limit_s": limit,
                         "real_time_factor": rtf,
                         "exit_on_goal": True,
+                        "realism": args.realism,
                         **sim_rate,
                     },
                     wall_limit_s=60.0 + limit / rtf,
@@ -135,8 +138,9 @@ def handler(args: argparse.Namespace) -> int:
         "command": f"mnemo-mpc dds-loop --seeds {' '.join(map(str, args.seeds))} --rtf "
         f"{' '.join(f'{r:g}' for r in args.rtf)} --repeats {args.repeats}"
         + ("" if params_file is None else f" --params {params_file}")
-        + f" --out {args.out}",
+        + f" --realism {args.realism} --out {args.out}",
         "params": params_file,
+        "realism": args.realism,
         "notes": "time_to_goal_s: simulated seconds until the robot centre is within 0.25 m of the goal (the demo's "
         "goal check), from simulated time 0 (the simulator holds time at 0 until the planner's cmd_vel publisher "
         "matched). wall_time_to_goal_s: wall seconds over the same span; the demo steps as fast as it can, the "

@@ -697,10 +697,7 @@ class Controller:
         )
 
     def _new_goal(self, goal: np.ndarray) -> bool:
-        """A goal that differs from the current one by more than the goal tolerance (or 0.3 rad of heading) is a new
-        goal; a smaller change is the same goal re-expressed (a localiser updating the map -> odom transform)."""
-        d_yaw = abs((goal[2] - self._goal[2] + np.pi) % (2 * np.pi) - np.pi)
-        return float(np.hypot(*(goal[:2] - self._goal[:2]))) > self.config.goal_tolerance_m or d_yaw > 0.3
+        return not same_goal(goal, self._goal, self.config.goal_tolerance_m)
 
     # --- getting unstuck ------------------------------------------------------------------------------------------
     def _reset_recovery(self, goal: np.ndarray | None) -> None:
@@ -798,6 +795,18 @@ class Controller:
         command, flags = self.check_command(target, velocity)
         self._plan_age += 1
         return ControlOutput(command, status, None, tuple(flags), time_s=time.perf_counter() - t0, field=field_)
+
+
+SAME_GOAL_YAW_RAD = 0.3
+
+
+def same_goal(a: np.ndarray, b: np.ndarray, tolerance_m: float) -> bool:
+    """Whether goal `a` is goal `b` re-expressed (a localiser updating the map -> odom transform moves a goal given
+    in the map frame by its correction): within the goal tolerance and SAME_GOAL_YAW_RAD of heading. A farther goal
+    is a new goal: recoveries and the own path start afresh."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    d_yaw = abs((a[2] - b[2] + np.pi) % (2 * np.pi) - np.pi)
+    return float(np.hypot(*(a[:2] - b[:2]))) <= tolerance_m and d_yaw <= SAME_GOAL_YAW_RAD
 
 
 def choose_start(

@@ -69,6 +69,14 @@ class SeenMap:
             return True
         res = self.resolution
         a, b = np.asarray(a[:2], dtype=float), np.asarray(b[:2], dtype=float)
+        # Only the part inside the memory (grown by the radius) can meet a remembered cell: clip the segment to it, so
+        # the work is bounded by the memory's size, not the goal's distance (a goal 1e5 m away, issue 26).
+        lo = self.offset * res - radius - res
+        hi = (self.offset + np.array(self.data.shape[::-1])) * res + radius + res
+        clipped = _clip_segment(a, b, lo, hi)
+        if clipped is None:
+            return True
+        a, b = clipped
         n = max(int(math.ceil(float(np.hypot(*(b - a))) / (0.5 * res))), 1)
         pts = a + (b - a) * np.linspace(0.0, 1.0, n + 1)[:, None]
         k = int(math.ceil(radius / res))
@@ -123,6 +131,22 @@ class SeenMap:
         self.offset = new_lo
 
 
+def _clip_segment(a: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The part of segment a -> b inside the box [lo, hi] (Liang-Barsky), or None when it misses the box."""
+    t0, t1 = 0.0, 1.0
+    d = b - a
+    for k in range(2):
+        if abs(d[k]) < 1e-15:
+            if a[k] < lo[k] or a[k] > hi[k]:
+                return None
+            continue
+        ta, tb = (lo[k] - a[k]) / d[k], (hi[k] - a[k]) / d[k]
+        t0, t1 = max(t0, min(ta, tb)), min(t1, max(ta, tb))
+        if t0 > t1:
+            return None
+    return a + t0 * d, a + t1 * d
+
+
 class OwnPath:
     """The self-planned path: planned on the `SeenMap`, kept while valid, re-planned when `needs_replan` says."""
 
@@ -165,10 +189,17 @@ class OwnPath:
         """Plan from `pose` to `goal` on the memory; None (logged) when the planner finds no path."""
         t0 = time.perf_counter()
         self.planned_at = now_s
-        grid = self.seen.grid([pose[:2], goal[:2]], pad_m=1.0 if self.unknown_policy == "occupied" else 2.0)
         target = np.asarray(goal, dtype=float)
+        reach = 0.5 * self.seen.max_size_m
+        d = float(np.hypot(*(target[:2] - pose[:2])))
+        if d > reach:
+            # A goal beyond what the memory can hold: plan towards it on the line, `reach` away, so the planning grid
+            # (and the work) is bounded by the memory's size, not the goal's distance; the controller continues the
+            # path to the goal by a straight segment.
+            target = np.concatenate([pose[:2] + (target[:2] - pose[:2]) * (reach / d), target[2:]])
+        grid = self.seen.grid([pose[:2], target[:2]], pad_m=1.0 if self.unknown_policy == "occupied" else 2.0)
         if self.unknown_policy == "occupied":
-            target = visible_subgoal(grid, pose, goal, subgoal_clearance_m)
+            target = visible_subgoal(grid, pose, target, subgoal_clearance_m)
         try:
             path = plan_global_path(grid, pose[:2], target[:2], self.robot, unknown_policy=self.unknown_policy)
         except (InfeasibleProblemError, InputError) as exc:

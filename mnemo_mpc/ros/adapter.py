@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from mnemo_mpc.errors import InputError
-from mnemo_mpc.nav.controller import Controller, ControlOutput
+from mnemo_mpc.nav.controller import Controller, ControlOutput, same_goal
 from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.profile import NavParams
 from mnemo_mpc.ros import convert
@@ -122,6 +122,10 @@ class NavAdapter:
             return
         if self._goal is not None and got.stamp_s == self._goal_stamp and np.array_equal(got.value, self._goal):
             return  # the same message again (a republished latched goal): keep the plan going
+        if self._goal is not None and same_goal(got.value, self._goal, self.params.goal_tolerance_m):
+            # the same goal re-expressed in odom after a localiser update: follow it, keep the plan going
+            self._goal, self._goal_stamp = got.value, got.stamp_s
+            return
         self._goal, self._goal_stamp = got.value, got.stamp_s
         self.controller.reset()
         log.info("new goal (%.3f, %.3f, %.3f)", *self._goal)

@@ -38,6 +38,8 @@ class SimOutputs:
     scan: Any
     events: list[str] = field(default_factory=list)  # lines for the ROS log
     exit_code: int | None = None  # the node should exit with this status (goal with exit_on_goal, time limit)
+    # The localiser updated the map -> odom transform: publish goal and plan again (`goal_msg`, `path_msg`)
+    frame_changed: bool = False
 
 
 class SimAdapter:
@@ -50,8 +52,9 @@ class SimAdapter:
         from mnemo_mpc.sim.simulator import SimConfig, Simulator
 
         self.params, self.types = params, types
-        sensor_range = None
+        sensor_range, nav = None, None
         if robot is None:
+            nav = params.nav_params()
             robot, sensor_range = params.robot_profile()
         self.robot = robot
         self.world = world if world is not None else params.world(robot)
@@ -68,8 +71,9 @@ class SimAdapter:
         self.substeps = max(1, math.ceil(params.physics_hz / params.sim_rate_hz - 1e-9))
         self.step_ns = round(1e9 / params.sim_rate_hz)
         self.time_ns = 0
-        # The profile's body, lidar range and local window (as `demo --params` simulates it), stepped at this rate.
-        grid = closed_loop_setup(robot, sensor_range_m=sensor_range).sim.local_grid
+        # The profile's body, lidar range, local window and realism (as `demo --params` simulates it), stepped at
+        # this rate.
+        setup = closed_loop_setup(nav or robot, sensor_range_m=sensor_range, realism=params.realism)
         self.sim = Simulator(
             SimConfig.for_robot(
                 robot,
@@ -77,10 +81,12 @@ class SimAdapter:
                 sensor_range_m=sensor_range,
                 min_physics_hz=params.physics_hz,
                 seed=params.seed,
-                local_grid=grid,
+                local_grid=setup.sim.local_grid,
+                realism=setup.realism,
             )
         )
         self.obs = self.sim.reset(self.world)
+        self._frame = self.obs.map_from_odom  # the localiser's transform goal and plan were last published through
         self._cmd = (0.0, 0.0)
         self._cmd_time: float | None = None  # simulated time the held command arrived
         self._timed_out = True
@@ -127,14 +133,16 @@ class SimAdapter:
 
     # --- outputs ---------------------------------------------------------------------------------------------------
     def goal_msg(self) -> Any:
+        """The goal in frame_id: through the localiser's latest map -> odom transform when odometry drifts."""
         b = self.types.base
         header = convert.make_header(b, self.time_s, self.params.frame_id)
-        return b.PoseStamped(header=header, pose=convert.make_pose(b, *self.goal))
+        return b.PoseStamped(header=header, pose=convert.make_pose(b, *self.sim.to_odom(self.goal)))
 
     def path_msg(self) -> Any | None:
         if self.global_path is None:
             return None
-        return convert.make_path(self.types.base, path_states(self.global_path), self.time_s, self.params.frame_id)
+        states = self.sim.to_odom(path_states(self.global_path))
+        return convert.make_path(self.types.base, states, self.time_s, self.params.frame_id)
 
     def observation(self, events: list[str] | None = None, exit_code: int | None = None) -> SimOutputs:
         """Messages for the current observation, stamped with the simulated time."""
@@ -157,10 +165,21 @@ class SimAdapter:
             ),
             events=events or [],
             exit_code=exit_code,
+            frame_changed=self._frame_changed(),
         )
 
+    def _frame_changed(self) -> bool:
+        fix = self.obs.map_from_odom
+        changed = fix is not None and (self._frame is None or not np.array_equal(fix, self._frame))
+        if changed:
+            self._frame = fix.copy()
+        return changed
+
     def distance_to_goal(self) -> float:
-        return float(np.hypot(*(self.goal[:2] - self.obs.pose[:2])))
+        return float(np.hypot(*(self.goal[:2] - self._true_pose()[:2])))
+
+    def _true_pose(self) -> np.ndarray:
+        return self.obs.pose if self.obs.true_pose is None else self.obs.true_pose
 
     # --- stepping --------------------------------------------------------------------------------------------------
     def step(self) -> SimOutputs:
@@ -174,16 +193,16 @@ class SimAdapter:
         if timed_out and not self._timed_out and self._cmd != (0.0, 0.0):
             events.append(f"cmd_vel older than cmd_timeout_s={p.cmd_timeout_s} s at t={self.time_s:.2f} s: stopping")
         self._timed_out = timed_out
-        before = self.obs.pose[:2].copy()
+        before = self._true_pose()[:2].copy()
         self.obs = self.sim.step(v, w, self.step_s)
         self.time_ns += self.step_ns
         self.steps += 1
-        self.path_length_m += float(np.hypot(*(self.obs.pose[:2] - before)))
+        self.path_length_m += float(np.hypot(*(self._true_pose()[:2] - before)))
         t = self.time_s
         if self.obs.collision and not self._in_contact:
             self.collisions += 1
             events.append(
-                f"collision at t={t:.2f} s, pose ({self.obs.pose[0]:.2f}, {self.obs.pose[1]:.2f}), "
+                f"collision at t={t:.2f} s, pose ({self._true_pose()[0]:.2f}, {self._true_pose()[1]:.2f}), "
                 f"clearance {self.sim.clearance():.3f} m"
             )
         self._in_contact = bool(self.obs.collision)
@@ -233,6 +252,7 @@ class SimAdapter:
             else round(float(np.sum(np.hypot(*np.diff(self.global_path, axis=0).T))), 4),
             "final_dist_to_goal_m": round(self.distance_to_goal(), 4),
             "goal_tolerance_m": self.params.goal_tolerance_m,
+            "realism": self.sim.realism.to_dict(),
         }
 
     def _command_rate(self) -> float | None:

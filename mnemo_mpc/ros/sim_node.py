@@ -109,6 +109,11 @@ class SimNode(Node):
 
     def _publish(self, out: SimOutputs) -> None:
         self.clock_pub.publish(out.clock)
+        if out.frame_changed:  # goal and plan re-expressed in the drifting odom frame after a localiser fix
+            for pub, make in ((self.goal_pub, self.adapter.goal_msg), (self.path_pub, self.adapter.path_msg)):
+                msg = make() if pub is not None else None
+                if msg is not None:
+                    pub.publish(msg)
         self.odom_pub.publish(out.odom)
         self.grid_pub.publish(out.grid)
         self.scan_pub.publish(out.scan)

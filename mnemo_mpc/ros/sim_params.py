@@ -53,6 +53,12 @@ class SimNodeParams:
         0.0, "exit with status 1 after this much simulated time without reaching the goal; 0: never"
     )
     seed: int = param(0, "lidar noise seed")
+    realism: str = param(
+        "profile",
+        "the simulated robot (mnemo_mpc.sim.realism): ideal (obeys the planner's model), profile (the latency, lags, "
+        "slip, odometry and lidar robot_params states; odometry then drifts in frame_id and goal and plan are "
+        "re-published through the localiser's fixes) or harsh",
+    )
     # frames and topics (REP-105: ground-truth odometry in `odom`, the robot in `base_link`)
     frame_id: str = param("odom", "fixed frame of odometry, grid, goal and plan (the world's map frame)")
     base_frame_id: str = param("base_link", "robot frame: odometry child frame and the lidar's frame")
@@ -84,6 +90,10 @@ class SimNodeParams:
         if self.world_seed < 0 or self.seed < 0:
             raise InputError(f"parameters world_seed and seed: expected >= 0, got {self.world_seed}, {self.seed}")
         from mnemo_mpc.planning.worlds import KINDS
+        from mnemo_mpc.sim.realism import LEVELS
+
+        if self.realism not in LEVELS:
+            raise InputError(f"parameter realism: expected one of {list(LEVELS)}, got {self.realism!r}")
 
         if self.world_kind and self.world_kind not in KINDS:
             raise InputError(f"parameter world_kind: expected one of {list(KINDS)} or empty, got {self.world_kind!r}")
@@ -116,22 +126,26 @@ class SimNodeParams:
         except InputError as exc:
             raise InputError(f"parameter map_yaml: no file {self.map_yaml!r} here or in the sim/ data folder") from exc
 
-    def robot_profile(self) -> tuple[Any, float | None]:
-        """(RobotModel, lidar range in metres or None) of `robot_params`; the default robot and None without it."""
-        from mnemo_mpc.planning.robot import RobotModel
-
+    def nav_params(self) -> Any:
+        """The `NavParams` of `robot_params` (None without it: the built-in robot)."""
         if not self.robot_params:
-            return RobotModel(), None
+            return None
         from mnemo_mpc.profile import NavParams
 
         path = Path(self.robot_params).expanduser()
         if not path.is_file():
             raise InputError(f"parameter robot_params: no file {self.robot_params!r}")
         try:
-            nav = NavParams.from_yaml(path)
+            return NavParams.from_yaml(path)
         except InputError as exc:
             raise InputError(f"parameter robot_params: {exc}") from None
-        return nav.robot_model(), nav.sensor_range_m
+
+    def robot_profile(self) -> tuple[Any, float | None]:
+        """(RobotModel, lidar range in metres or None) of `robot_params`; the default robot and None without it."""
+        from mnemo_mpc.planning.robot import RobotModel
+
+        nav = self.nav_params()
+        return (RobotModel(), None) if nav is None else (nav.robot_model(), nav.sensor_range_m)
 
     # --- construction ----------------------------------------------------------------------------------------------
     @classmethod
