@@ -129,14 +129,19 @@ def test_clearing_keeps_what_was_seen_outside_the_footprint():
     g = _blind_behind()
     data = g.data.copy()
     inside = g.world_to_cell(np.array([0.1, 0.0]))  # under the body: noise, cleared
-    near = g.world_to_cell(np.array([-0.35, 0.05]))  # just behind the body, seen occupied: kept
+    near = g.world_to_cell(np.array([-0.27, 0.05]))  # just behind the body (its centre 0.021 m out): kept
     data[inside[0], inside[1]] = 100
     data[near[0], near[1]] = 100
-    cleared = clear_robot_cells(OccupancyGrid(data, RES, g.origin), robot, np.zeros((1, 3)), 0.45)
+    cleared = clear_robot_cells(OccupancyGrid(data, RES, g.origin), robot, np.zeros(3), 0.45)
     assert cleared.data[inside[0], inside[1]] == 0 and cleared.data[near[0], near[1]] == 100
     far = g.world_to_cell(np.array([-1.5, 0.0]))  # unknown beyond the turning circle: stays unknown
     assert cleared.data[far[0], far[1]] == UNKNOWN
     assert np.all(cleared.data[np.hypot(*[c - 0 for c in g.cell_centers()]) < 0.4] != UNKNOWN)
+    # at a predicted pose only unknown cells are cleared: a wall there stays a wall
+    wall = g.world_to_cell(np.array([1.0, 0.0]))
+    data[wall[0], wall[1]] = 100
+    ahead = clear_robot_cells(OccupancyGrid(data, RES, g.origin), robot, np.zeros(3), 0.45, np.array([[1.0, 0.0, 0.0]]))
+    assert ahead.data[wall[0], wall[1]] == 100
 
 
 def test_a_truly_blocked_start_says_so_and_recovers_within_a_second():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -270,3 +271,23 @@ def test_a_goal_beyond_a_small_costmap_is_approached_without_a_global_path(store
     drive(ad, store, types, 100, goal=(2.6, 0.0, 0.0))
     assert set(ad.stats.statuses) == {"planned", "goal_reached", "idle"}, ad.stats.statuses
     assert ad.goal is None  # reached
+
+
+def test_the_odometry_age_and_the_latency_are_predicted_over(store, types):
+    """Issue 24: the node hands the controller the odometry's age (its stamp against the clock); with the profile's
+    latency the plan starts where a moving robot will be when the command acts, farther for older odometry."""
+    params = NavParams(dynamics_latency_s=0.1, dynamics_lag_v_s=0.1, dynamics_lag_w_s=0.1)
+    starts = {}
+    for age in (0.0, 0.2):
+        ad = NavAdapter(params, types)
+        ad.on_grid(convert.make_grid_msg(types, local_grid(), 1.0, "odom"), 1.0)
+        msg = odom_msg(store, types, (0, 0, 0), (0.3, 0.0))
+        msg.header = convert.make_header(types, 1.0 - age, "odom")
+        ad.on_odometry(msg, 1.0)
+        ad.on_goal(goal_msg(types, (1.5, 0.8, 0.0)), 1.0)
+        out = ad.tick(1.0).output
+        starts[age] = out.start_state[0]
+    assert starts[0.0] == pytest.approx(0.3 * 0.1, abs=2e-3)  # 0.1 s latency at 0.3 m/s (the lag holds 0.3)
+    assert starts[0.2] == pytest.approx(0.3 * 0.3, abs=2e-3)  # plus 0.2 s of age
+    off = NavAdapter(dataclasses.replace(params, compensate_dynamics=False), types)
+    assert off.controller.config.actuation is None

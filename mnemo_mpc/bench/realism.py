@@ -208,7 +208,8 @@ def after_run(result: dict[str, Any], args: argparse.Namespace) -> list[str]:
             ax.imshow(grid, cmap=cmap, vmin=0, vmax=1, origin="lower", aspect="auto")
             for i in range(len(lats)):
                 for j in range(len(lags)):
-                    ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=10)
+                    color = "white" if grid[i, j] > 0.6 else "black"  # readable on the dark end of the map
+                    ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=10, color=color)
             ax.set_xticks(range(len(lags)), [f"{v:g}" for v in lags])
             ax.set_yticks(range(len(lats)), [f"{v:g}" for v in lats])
             ax.set_xlabel("actuator lag, v [s] (w: 0.75x)")

@@ -45,6 +45,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="give the controller no global path: it plans its own on what it has seen, with recoveries",
     )
+    p.add_argument(
+        "--plain-controller",
+        action="store_true",
+        help="the controller without the drive's compensation and footprint clearing (commands assumed to act at "
+        "once, the grid as given): the baseline the realistic rows are compared with",
+    )
     p.add_argument("--out", required=True, help="result JSON")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=handler)
@@ -198,7 +204,8 @@ def handler(args: argparse.Namespace) -> int:
 
     episodes, all_iters, all_times, starts = [], [], [], {}
     step_ms_by_family: dict[str, list[float]] = {}
-    controller = warmstart_controller(args, setup, goal_tolerance_m=args.goal_tolerance)
+    plain = {"actuation": None, "clear_footprint": False} if args.plain_controller else {}
+    controller = warmstart_controller(args, setup, goal_tolerance_m=args.goal_tolerance, **plain)
     with Simulator(setup.sim) as sim:
         for label, make_world, tol, time_limit in tqdm(jobs, unit="episode", disable=args.no_progress):
             world = make_world()
@@ -229,6 +236,7 @@ def handler(args: argparse.Namespace) -> int:
             "world_kinds": [k or "any" for k in args.world_kinds or (None,)] if args.worlds is not None else None,
             "moving_obstacles": args.moving_obstacles if args.worlds is not None else None,
             "global_path": not args.no_global_path,
+            "plain_controller": args.plain_controller,
             "map": args.map,
             "scenarios": args.scenarios,
         },

@@ -355,7 +355,7 @@ class Controller:
             start_pose, start_vel = pose, velocity
         if self.config.clear_footprint:
             reach = self.robot.radius + self.robot.safety_margin + self.mpc_config.clearance_buffer + grid.resolution
-            grid = clear_robot_cells(grid, self.robot, np.stack([pose, start_pose]), reach)
+            grid = clear_robot_cells(grid, self.robot, pose, reach, also_unknown_at=start_pose[None])
         out = self._plan(grid, start_pose, start_vel, goal, global_path, max_iter, t0)
         out.start_state = np.concatenate([start_pose, start_vel])
         if act is not None and history is not None:
@@ -486,11 +486,12 @@ class Controller:
             if self._blocked_since is None:
                 self._blocked_since = now
                 log.warning("start blocked: %s; recoveries in %.1f s", exc, cfg.blocked_recovery_s)
-        except InfeasibleProblemError as exc:
+        except InfeasibleProblemError as exc:  # the start passed its check: the goal is the problem
             solve_error = str(exc)
-            log.warning("MPC problem infeasible: %s", exc)
-        if solve_error is None or not solve_error.startswith("start pose"):
             self._blocked_since = None
+            log.warning("MPC problem infeasible: %s", exc)
+        else:
+            self._blocked_since = None  # a start out of collision ends a blocked spell
 
         flags: list[str] = ["moving_obstacle"] if self._moving is not None and self._moving.last_detections else []
         if plan is not None and plan.success:

@@ -8,8 +8,9 @@ the same robot the node drives.
 
 The simulator's control period is the MPC's step dt (the loop runs once per step); its planning window is the
 profile's `grid_window_m` at `grid_resolution`; its lidar range is `sensor_range_m` and the rest of the sensor and the
-drive follow `--realism` (`mnemo_mpc.sim.realism`). A bare `RobotModel` (tests, library users) becomes a profile with
-the built-in defaults and the dt `mnemo_mpc.planning.sizing.size_horizon` gives it (`NavParams.for_robot`).
+drive follow `--realism` (`mnemo_mpc.sim.realism`); with `ideal` the controller is told the drive is
+ideal too. A bare `RobotModel` (tests, library users) becomes a profile with the built-in defaults and the dt
+`mnemo_mpc.planning.sizing.size_horizon` gives it (`NavParams.for_robot`).
 
 `real_time=True` (demo, eval: a robot's loop) bounds every solve by the control period, as the node does
 (`NavParams.mpc_config`); `collect` keeps the iteration cap alone, so the dataset does not depend on how busy the
@@ -83,6 +84,12 @@ def closed_loop_setup(
     built = build(params, real_time=real_time)
     if mpc is not None:
         built = dataclasses.replace(built, mpc=mpc)
+    if realism == "ideal":
+        # The ideal robot acts on a command at once: a controller told of a latency and lags it does not have would
+        # over-drive it. (`harsh` keeps the profile's model: the controller then meets a robot it does not know.)
+        built = dataclasses.replace(
+            built, controller_config=dataclasses.replace(built.controller_config, actuation=None)
+        )
     robot = built.robot
     world = WorldConfig.for_robot(robot, **world_overrides)
     real = realism_for(params, realism)
