@@ -237,6 +237,11 @@ def test_the_same_goal_twice_does_not_restart_the_plan(store, types, monkeypatch
     assert len(resets) == 1
     ad.on_goal(stamped(types, goal_msg(types, (1.0, 0.0, 0.0)), 3.0), 3.0)  # sent again later: a new goal
     assert len(resets) == 2
+    # re-expressed after a localiser fix (a few cm off): the same goal, followed without a restart
+    ad.on_goal(stamped(types, goal_msg(types, (1.03, -0.02, 0.01)), 4.0), 4.0)
+    assert len(resets) == 2 and ad._goal[0] == pytest.approx(1.03)
+    ad.on_goal(stamped(types, goal_msg(types, (2.0, 0.0, 0.0)), 5.0), 5.0)  # farther than the tolerance: new
+    assert len(resets) == 3
 
 
 def test_rclpy_is_imported_only_by_the_node():

@@ -122,8 +122,13 @@ class NavAdapter:
             return
         if self._goal is not None and got.stamp_s == self._goal_stamp and np.array_equal(got.value, self._goal):
             return  # the same message again (a republished latched goal): keep the plan going
-        if self._goal is not None and same_goal(got.value, self._goal, self.params.goal_tolerance_m):
-            # the same goal re-expressed in odom after a localiser update: follow it, keep the plan going
+        if (
+            self._goal is not None
+            and not np.array_equal(got.value, self._goal)
+            and same_goal(got.value, self._goal, self.params.goal_tolerance_m)
+        ):
+            # the goal re-expressed in odom after a localiser update (moved by its correction, a few cm): follow it,
+            # keep the plan going. The very same goal sent again is a new request (it restarts, e.g. after "failed").
             self._goal, self._goal_stamp = got.value, got.stamp_s
             return
         self._goal, self._goal_stamp = got.value, got.stamp_s
