@@ -101,10 +101,11 @@ def run_cell(cfg: RealismBenchConfig, latency_periods: float, lag_s: float, cont
     latency, lag_w = latency_periods * dt, cfg.lag_w_ratio * lag_s
     realism = Realism(level="profile", latency_s=latency, lag_v_s=lag_s, lag_w_s=lag_w)
     sim_cfg = dataclasses.replace(setup.sim, realism=realism)
+    tol = {"goal_tolerance_m": EpisodeConfig().goal_tolerance_m}  # as eval: the robot knows its pose here
     if controller == "plain":
-        ctrl = setup.controller("shift", actuation=None, clear_footprint=False)
+        ctrl = setup.controller("shift", actuation=None, clear_footprint=False, **tol)
     else:
-        ctrl = setup.controller("shift", actuation=ActuationModel(latency, lag_s, lag_w))
+        ctrl = setup.controller("shift", actuation=ActuationModel(latency, lag_s, lag_w), **tol)
     episodes = []
     with Simulator(sim_cfg) as sim:
         for i, seed in enumerate(range(cfg.seed, cfg.seed + cfg.worlds)):

@@ -51,8 +51,8 @@ def handler(args: argparse.Namespace) -> int:
     # One profile (--params, else the default robot) sizes the robot, the MPC step, the simulator and the world.
     setup = closed_loop_setup(params, real_time=True, realism=args.realism)
     world = generate_world(args.seed, setup.world, kind=args.kind)
-    controller = warmstart_controller(args, setup)
     cfg = EpisodeConfig()
+    controller = warmstart_controller(args, setup, goal_tolerance_m=setup.goal_tolerance(cfg.goal_tolerance_m))
     provider = controller.warm_start_provider
     print(
         f"warm start: {controller.config.warm_start}"

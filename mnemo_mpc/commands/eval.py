@@ -205,11 +205,11 @@ def handler(args: argparse.Namespace) -> int:
     episodes, all_iters, all_times, starts = [], [], [], {}
     step_ms_by_family: dict[str, list[float]] = {}
     plain = {"actuation": None, "clear_footprint": False} if args.plain_controller else {}
-    controller = warmstart_controller(args, setup, goal_tolerance_m=args.goal_tolerance, **plain)
+    controller = warmstart_controller(args, setup, goal_tolerance_m=setup.goal_tolerance(args.goal_tolerance), **plain)
     with Simulator(setup.sim) as sim:
         for label, make_world, tol, time_limit in tqdm(jobs, unit="episode", disable=args.no_progress):
             world = make_world()
-            controller.config = dataclasses.replace(controller.config, goal_tolerance_m=tol)
+            controller.config = dataclasses.replace(controller.config, goal_tolerance_m=setup.goal_tolerance(tol))
             cfg = EpisodeConfig(
                 goal_tolerance_m=tol, time_limit_s=time_limit, keep_plan_every=0, global_path=not args.no_global_path
             )

@@ -54,6 +54,15 @@ class ClosedLoopSetup:
     def realism(self) -> Realism:
         return self.sim.realism
 
+    def goal_tolerance(self, judged_m: float) -> float:
+        """The goal tolerance the robot checks itself against when an episode is judged at `judged_m` on the true
+        pose: the same for the ideal robot, which knows its pose; else no more than the profile's own
+        `goal_tolerance_m` (the node's; 0.2 m by default), so what the odometry and the localiser get wrong (a few
+        cm) does not leave a robot that believes it arrived standing just outside the judged circle."""
+        if self.realism.is_ideal or self.realism.localization_period_s <= 0:
+            return judged_m
+        return min(judged_m, self.profile.params.goal_tolerance_m)
+
     def controller(self, warmstart: str | None = None, model: str | None = None, **overrides: Any) -> Any:
         """The profile's controller (`Profile.controller`)."""
         return self.profile.controller(warmstart, model, **overrides)
