@@ -58,6 +58,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-global-path", action="store_true", help="mapless: the controller plans its own path (with recoveries)"
     )
     parser.add_argument("--plot", default=None, help="PNG of the success and collision maps (default: OUT.png)")
+    from mnemo_mpc.commands._args import world_kinds
+
+    parser.add_argument(
+        "--world-kinds",
+        type=world_kinds,
+        default=None,
+        help="world kinds taken in turn, comma-separated (default: rooms,corridor,doors,clutter,open,mixed,dense)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> RealismBenchConfig:
@@ -67,6 +75,11 @@ def config_from_args(args: argparse.Namespace) -> RealismBenchConfig:
         cfg = replace(cfg, worlds=args.worlds)
     if args.workers is not None:
         cfg = replace(cfg, workers=args.workers)
+    if args.world_kinds is not None:
+        kinds = args.world_kinds
+        if any(k is None for k in kinds):
+            raise InputError("--world-kinds: name the kinds (no 'any')")
+        cfg = replace(cfg, kinds=tuple(kinds))
     if cfg.workers < 1 or cfg.worlds < 1:
         raise InputError("bench realism: --worlds and --workers must be >= 1")
     if cfg.params_file is not None:
