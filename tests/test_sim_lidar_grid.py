@@ -112,27 +112,37 @@ def test_repeated_misses_clear_a_hit_and_logodds_clamp():
     assert lg.logodds.min() >= cfg.logodds_min
 
 
+def _passage_world() -> World:
+    """A 0.55 m passage (y = 1.75 .. 2.3, x = 1 .. 7) between two blocks, the robot at its west end."""
+    data = np.full((80, 160), FREE, dtype=np.int8)
+    data[:2, :] = data[-2:, :] = data[:, :2] = data[:, -2:] = OCCUPIED
+    data[2:35, 20:140] = OCCUPIED  # y < 1.75
+    data[46:78, 20:140] = OCCUPIED  # y >= 2.3
+    return world_from_grid(OccupancyGrid(data, RES), [0.5, 2.0, 0.0], [7.5, 2.0, 0.0])
+
+
+def _drive_through(world: World, cfg: SimConfig) -> tuple[OccupancyGrid, np.ndarray]:
+    """The local grid after 3 m along the passage, and the mask of its cells inside the passage."""
+    with Simulator(cfg) as sim:
+        obs = sim.reset(world)
+        for _ in range(60):
+            obs = sim.step(0.5, 0.0)
+    g = obs.local_grid
+    ox, oy, _ = g.origin
+    rows, cols = np.mgrid[0 : g.shape[0], 0 : g.shape[1]]
+    x, y = ox + (cols + 0.5) * RES, oy + (rows + 0.5) * RES
+    return g, (y > 1.75) & (y < 2.3) & (x > 1.2) & (x < 6.8)
+
+
 def test_a_passage_keeps_its_width_under_range_noise():
     """Driving along a 0.55 m passage with noisy returns (sigma 0.01 m), no cell inside it is marked occupied: a
     return measured short must still land in the wall's cell (`LocalGridConfig.hit_depth_m`, 3 sigma). With the
     former quarter-cell nudge (~10 % of returns short enough) the walls grow into the passage."""
-    data = np.full((80, 160), FREE, dtype=np.int8)
-    data[:2, :] = data[-2:, :] = data[:, :2] = data[:, -2:] = OCCUPIED
-    data[2:35, 20:140] = OCCUPIED  # y < 1.75
-    data[46:78, 20:140] = OCCUPIED  # y >= 2.3: the passage is y = 1.75 .. 2.3, x = 1 .. 7
-    world = world_from_grid(OccupancyGrid(data, RES), [0.5, 2.0, 0.0], [7.5, 2.0, 0.0])
+    world = _passage_world()
     occupied = {}
     for depth in (0.0125, LocalGridConfig().hit_depth_m):
         cfg = SimConfig(lidar=LidarConfig(noise_std_m=0.01), local_grid=LocalGridConfig(hit_depth_m=depth))
-        with Simulator(cfg) as sim:
-            obs = sim.reset(world)
-            for _ in range(60):
-                obs = sim.step(0.5, 0.0)
-        g = obs.local_grid
-        ox, oy, _ = g.origin
-        rows, cols = np.mgrid[0 : g.shape[0], 0 : g.shape[1]]
-        x, y = ox + (cols + 0.5) * RES, oy + (rows + 0.5) * RES
-        passage = (y > 1.75) & (y < 2.3) & (x > 1.2) & (x < 6.8)
+        g, passage = _drive_through(world, cfg)
         assert passage.sum() > 1000 and g.free_mask()[passage].mean() > 0.95
         occupied[depth] = int(g.occupied_mask()[passage].sum())
     assert occupied[LocalGridConfig().hit_depth_m] == 0
@@ -144,22 +154,10 @@ def test_a_passage_keeps_its_width_under_range_noise():
 def test_a_noisier_lidar_gets_a_grid_tuned_to_its_noise():
     """The Jackal's lidar (sigma 0.02 m, `LocalGridConfig.for_sensor`): its walls stay out of a 0.55 m passage, where
     the default grid (tuned to sigma 0.01 m) grows them in (issue 24: the Jackal stood in dense worlds)."""
-    data = np.full((80, 160), FREE, dtype=np.int8)
-    data[:2, :] = data[-2:, :] = data[:, :2] = data[:, -2:] = OCCUPIED
-    data[2:35, 20:140] = OCCUPIED
-    data[46:78, 20:140] = OCCUPIED  # the passage is y = 1.75 .. 2.3, x = 1 .. 7
-    world = world_from_grid(OccupancyGrid(data, RES), [0.5, 2.0, 0.0], [7.5, 2.0, 0.0])
+    world = _passage_world()
     occupied = {}
     for name, grid_cfg in (("default", LocalGridConfig()), ("for_sensor", LocalGridConfig.for_sensor(6.0, RES, 0.02))):
-        with Simulator(SimConfig(lidar=LidarConfig(noise_std_m=0.02), local_grid=grid_cfg)) as sim:
-            obs = sim.reset(world)
-            for _ in range(60):
-                obs = sim.step(0.5, 0.0)
-        g = obs.local_grid
-        ox, oy, _ = g.origin
-        rows, cols = np.mgrid[0 : g.shape[0], 0 : g.shape[1]]
-        x, y = ox + (cols + 0.5) * RES, oy + (rows + 0.5) * RES
-        passage = (y > 1.75) & (y < 2.3) & (x > 1.2) & (x < 6.8)
+        g, passage = _drive_through(world, SimConfig(lidar=LidarConfig(noise_std_m=0.02), local_grid=grid_cfg))
         occupied[name] = int(g.occupied_mask()[passage].sum())
     assert LocalGridConfig.for_sensor(6.0, RES, 0.01) == LocalGridConfig()
     assert occupied["for_sensor"] == 0 and occupied["default"] > 5, occupied
