@@ -186,7 +186,7 @@ def run_episode(
                 "t": round(float(obs.time_s), 3),
                 "pose": [round(float(v), 4) for v in truth],
                 # the localiser's view of where the robot is, against the truth
-                "pose_error_m": round(float(np.hypot(*(_to_map(obs.pose, frame)[:2] - truth[:2]))), 4),
+                "pose_error_m": round(float(np.hypot(*(_to_map(sim, obs.pose)[:2] - truth[:2]))), 4),
                 "velocity": [round(float(v), 4) for v in obs.velocity],
                 "command": [round(float(v), 4) for v in out.command],
                 "status": out.status,
@@ -280,13 +280,10 @@ def run_episode(
     return EpisodeResult(metrics, steps, driven_arr, path, plans, world, record)
 
 
-def _to_map(pose: np.ndarray, map_from_odom: np.ndarray | None) -> np.ndarray:
-    """An odom-frame pose in the map frame through the localiser's transform (the pose itself without one)."""
-    if map_from_odom is None:
-        return np.asarray(pose, dtype=float)
-    cx, cy, cyaw = map_from_odom
-    c, s = np.cos(cyaw), np.sin(cyaw)
-    return np.array([cx + c * pose[0] - s * pose[1], cy + s * pose[0] + c * pose[1], pose[2] + cyaw])
+def _to_map(sim: Any, pose: np.ndarray) -> np.ndarray:
+    """The robot's pose in the map frame (`Simulator.to_map`; a simulator without one works in the map frame)."""
+    to_map = getattr(sim, "to_map", None)
+    return np.asarray(pose, dtype=float) if to_map is None else to_map(pose)
 
 
 def _first_move_s(driven: np.ndarray, dt: float) -> float | None:

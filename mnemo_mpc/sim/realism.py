@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from mnemo_mpc.errors import InputError, is_real
+from mnemo_mpc.planning.footprint import to_robot, to_world
 
 LEVELS = ("ideal", "profile", "harsh")
 
@@ -276,13 +277,17 @@ class Drive:
     def to_odom(self, points: np.ndarray) -> np.ndarray:
         """Map-frame (x, y[, yaw]) rows -> the odom frame through the localiser's current map -> odom transform."""
         pts = np.array(points, dtype=float, copy=True)
-        cx, cy, cyaw = self.map_from_odom
-        c, s = math.cos(cyaw), math.sin(cyaw)
-        dx, dy = pts[..., 0] - cx, pts[..., 1] - cy
-        pts[..., 0], pts[..., 1] = c * dx + s * dy, -s * dx + c * dy
-        if pts.shape[-1] > 2:
-            pts[..., 2] -= cyaw
-        return pts
+        shape = pts.shape
+        pts = pts.reshape(-1, shape[-1])
+        pts[:, :2] = to_robot(pts[:, :2], self.map_from_odom)
+        if shape[-1] > 2:
+            pts[:, 2] -= self.map_from_odom[2]
+        return pts.reshape(shape)
+
+    def to_map(self, pose: np.ndarray) -> np.ndarray:
+        """An odom-frame pose (x, y, yaw) in the map frame through the localiser's current transform."""
+        xy = to_world(np.asarray(pose, dtype=float)[:2], self.map_from_odom)[0]
+        return np.array([xy[0], xy[1], float(pose[2]) + self.map_from_odom[2]])
 
     def measured_velocity(self, body_w: float) -> np.ndarray:
         """The odometry's twist: the wheels' speed (slip unseen) and the gyro's yaw rate."""

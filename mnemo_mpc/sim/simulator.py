@@ -166,6 +166,8 @@ class Simulator:
         self._substep = 1.0 / self.config.physics_hz
         self.realism = self.config.realism
         self._ideal = self.realism.is_ideal
+        # odometry drifts and the localiser fixes it: the controller's frame is `odom`, not the map
+        self._drifts = not self._ideal and self.realism.localization_period_s > 0
         self.drive = Drive(self.realism, np.random.default_rng(0))
         self._lidar_config = self.realism.lidar(self.config.lidar)
         self._urdf_dir: str | None = None
@@ -300,7 +302,7 @@ class Simulator:
         return Observation(
             pose=pose,
             true_pose=true_pose,
-            map_from_odom=None if self._ideal or self.realism.localization_period_s <= 0 else self.drive.map_from_odom,
+            map_from_odom=self.drive.map_from_odom if self._drifts else None,
             velocity=velocity,
             local_grid=grid,
             scan=scan,
@@ -316,9 +318,11 @@ class Simulator:
 
     def to_odom(self, points: np.ndarray) -> np.ndarray:
         """Map-frame (x, y[, yaw]) rows in the frame the robot's pose is given in (`Observation.map_from_odom`)."""
-        if self._ideal or self.realism.localization_period_s <= 0:
-            return np.asarray(points, dtype=float)
-        return self.drive.to_odom(points)
+        return self.drive.to_odom(points) if self._drifts else np.asarray(points, dtype=float)
+
+    def to_map(self, pose: np.ndarray) -> np.ndarray:
+        """A pose in the robot's frame (`Observation.pose`) in the map frame, through the localiser's transform."""
+        return self.drive.to_map(pose) if self._drifts else np.asarray(pose, dtype=float)
 
     def velocity(self) -> np.ndarray:
         return self.robot.velocity()
