@@ -75,6 +75,8 @@ def handler(args: argparse.Namespace) -> int:
     model = str(Path(args.model).resolve()) if args.model else None
     profile: dict = {}
     controller = ControllerConfig(warm_start=args.warmstart)
+    # Without --params and --realism the built-in robot's stores keep the configuration they were collected with (so
+    # a re-run resumes them); the built-in robot's profile realism is the ideal robot either way.
     if params is not None or args.realism != "profile":
         from mnemo_mpc.sim.profile import closed_loop_setup
 
