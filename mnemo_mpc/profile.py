@@ -438,4 +438,5 @@ def build(params: NavParams | None = None, *, real_time: bool = True) -> Profile
         check_horizon(robot, mpc.N, mpc.dt, params.grid_window_m)
     except InputError as exc:
         raise InputError(f"parameters horizon_steps / dt / grid_window_m: {exc}") from exc
-    return Profile(params, robot, mpc, params.controller_config())
+    # Real time: the own path is planned off the control step (nav.own_path), as a plan can take longer than a period.
+    return Profile(params, robot, mpc, params.controller_config(plan_own_path_async=real_time))

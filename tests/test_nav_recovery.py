@@ -8,6 +8,7 @@ robot, no simulator."""
 from __future__ import annotations
 
 import logging
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -110,10 +111,11 @@ def door_far_away() -> tuple[OccupancyGrid, list, list]:
     return OccupancyGrid(data, RES), [3.0, 1.5, 0.0], [9.0, 1.5, 0.0]
 
 
-@pytest.mark.parametrize("own", [True, False])
-def test_goal_behind_a_wall_is_reached_only_with_the_own_path(own):
+@pytest.mark.parametrize("own, background", [(True, False), (True, True), (False, False)])
+def test_goal_behind_a_wall_is_reached_only_with_the_own_path(own, background):
+    """... planned on the control step or in the worker process (nav.own_path: the real-time profiles' setting)."""
     grid, start, goal = door_far_away()
-    cfg = ControllerConfig(plan_own_path=own, progress_timeout_s=3.0, max_recoveries=3)
+    cfg = ControllerConfig(plan_own_path=own, plan_own_path_async=background, progress_timeout_s=3.0, max_recoveries=3)
     outcome, trace, pose = drive(Controller(RobotModel(), MPCConfig(), cfg), grid, start, goal, 500)
     if own:
         assert outcome == "goal_reached", f"{outcome} at {pose}"
@@ -240,3 +242,41 @@ def test_a_far_goal_costs_what_a_near_one_does(distance_m):
     assert peak < 64 << 20, peak
     path = ctrl.own_path
     assert path is not None and np.hypot(*path[-1]) <= 0.5 * ctrl.config.seen_map_max_m + 1.0
+
+
+def test_own_path_down_a_passage_the_planner_allowed_is_not_blocked():
+    """A Jackal's own path down a 0.6 m lane runs 0.3 m from both walls: less than its circumscribed radius (0.333 m)
+    but more than half its width, which is what the planner inflates by. It is kept, not re-planned at every step;
+    a wall across the lane still blocks it."""
+    from mnemo_mpc.nav.own_path import OwnPath
+    from mnemo_mpc.profile import NavParams, build
+
+    robot = build(NavParams.from_yaml("config/robots/jackal.yaml")).robot
+    data = np.full((40, 120), 100, np.int8)
+    data[14:26, 2:118] = 0  # y 0.70-1.30: 0.6 m wide
+    grid = OccupancyGrid(data, RES)
+    own = OwnPath(robot, "free", replan_period_s=10.0, max_size_m=40.0)
+    own.seen.update(grid)
+    assert own.plan(np.array([0.5, 1.0, 0.0]), np.array([5.5, 1.0, 0.0]), 0.3, 0.0) is not None
+    assert robot.radius > 0.3
+    assert own.needs_replan(grid, 0.0, 1.0) is None
+    data[:, 60:62] = 100
+    assert own.needs_replan(OccupancyGrid(data, RES), 0.0, 1.0) == "blocked"
+
+
+def test_own_path_in_the_worker_never_blocks_the_step_and_is_adopted_when_done():
+    from mnemo_mpc.nav.own_path import OwnPath
+
+    grid, start, goal = door_far_away()
+    own = OwnPath(RobotModel(), "free", replan_period_s=1.0, max_size_m=40.0, background=True)
+    own.seen.update(grid)
+    own.plan(np.asarray(start), np.asarray(goal), 0.3, 0.0)  # warm: the worker's first start
+    deadline = time.monotonic() + 60.0
+    while not own.poll():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert own.path is not None and own.needs_replan(grid, 0.0, 0.5) is None
+    assert own.plan(np.asarray(start), np.asarray(goal), 0.3, 1.0) is own.path  # the kept path, not a new one
+    assert own.pending and own.needs_replan(grid, 0.0, 5.0) is None  # one plan at a time
+    own.clear_path()  # the running plan was asked for the old situation: dropped
+    assert not own.pending and own.path is None and not own.poll()

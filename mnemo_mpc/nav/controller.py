@@ -44,6 +44,7 @@ from mnemo_mpc.errors import InfeasibleProblemError, InputError, StartInCollisio
 from mnemo_mpc.nav import recovery, rotation_shim
 from mnemo_mpc.nav.actuation import ActuationModel, CommandHistory
 from mnemo_mpc.nav.clearing import clear_robot_cells
+from mnemo_mpc.nav.maneuver import Maneuver, plan_maneuver
 from mnemo_mpc.nav.moving_obstacles import MovingObstacleConfig, MovingObstacles, stopping_reach
 from mnemo_mpc.nav.own_path import OwnPath
 from mnemo_mpc.nav.recovery import Behaviour, ProgressChecker
@@ -100,6 +101,8 @@ class ControllerConfig:
     plan_own_path: bool = True  # with no global path given, plan one on what the local grids have shown (own_path)
     planner_unknown_policy: str = "free"  # unseen cells for that path: "free" (explore) or "occupied" (known only)
     replan_period_s: float = 1.0  # re-plan the own path at least this often (and at once when it gets blocked)
+    # ... in a worker process, off the control step (nav.own_path; a real-time profile's setting); False: on the step
+    plan_own_path_async: bool = False
     seen_map_max_m: float = 40.0  # side of the remembered area the own path is planned on
     required_movement_m: float = 0.5  # Nav2 SimpleProgressChecker.required_movement_radius
     progress_timeout_s: float = 10.0  # Nav2 SimpleProgressChecker.movement_time_allowance
@@ -138,7 +141,7 @@ class ControllerConfig:
             raise InputError(
                 f"ControllerConfig.subgoal_clearance_m: expected metres >= 0, got {self.subgoal_clearance_m!r}"
             )
-        for name in ("reuse_previous_plan", "plan_own_path", "clear_footprint"):
+        for name in ("reuse_previous_plan", "plan_own_path", "plan_own_path_async", "clear_footprint"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"ControllerConfig.{name}: expected True or False, got {getattr(self, name)!r}")
         if self.planner_unknown_policy not in UNKNOWN_POLICIES:
@@ -184,8 +187,8 @@ class ControlOutput:
 
     command: np.ndarray  # (v, w), finite, within limits
     # "planned" | "goal_reached" | "rotating_to_path" (the rotation shim) | "fallback_previous_plan" | "fallback_stop" |
-    # "recovery_rotate" | "recovery_back_off" | "recovery_replan" | "failed" (no progress after max_recoveries; stops
-    # until a new goal)
+    # "recovery_maneuver" | "recovery_rotate" | "recovery_back_off" | "recovery_replan" | "failed" (no progress after
+    # max_recoveries; stops until a new goal)
     status: str
     plan: PlanResult | None
     flags: tuple[str, ...] = ()
@@ -233,7 +236,9 @@ class Controller:
         self._last_plan: PlanResult | None = None  # last successful plan
         self._plan_age = 0  # control steps applied since `_last_plan` was computed
         cfg = self.config
-        self._own = OwnPath(self.robot, cfg.planner_unknown_policy, cfg.replan_period_s, cfg.seen_map_max_m)
+        self._own = OwnPath(
+            self.robot, cfg.planner_unknown_policy, cfg.replan_period_s, cfg.seen_map_max_m, cfg.plan_own_path_async
+        )
         self._own_progress = 0.0
         self._checker = ProgressChecker(cfg.required_movement_m, cfg.progress_timeout_s)
         self._clock = 0.0  # controller time: one control period (MPCConfig.dt) per step
@@ -422,9 +427,12 @@ class Controller:
                     # robot is turned to (tracking the goal alone, the MPC can rest in that local minimum).
                     path, straight = np.stack([pose[:2], goal[:2]]), True
             else:
+                if self._own.poll():
+                    self._own_progress = 0.0
                 if self._own.needs_replan(grid, self._own_progress, now) is not None:
                     self._own.plan(pose, goal, cfg.subgoal_clearance_m, now)
-                    self._own_progress = 0.0
+                    if not self._own.background:
+                        self._own_progress = 0.0
                 path = self._own.path
         if path is not None:
             progress = 0.0 if straight else self._own_progress if own else self._progress
@@ -704,7 +712,7 @@ class Controller:
     def _reset_recovery(self, goal: np.ndarray | None) -> None:
         """A new goal (or none): no recovery running, none counted, not failed; progress measured afresh."""
         self._goal = None if goal is None else np.asarray(goal, dtype=float).copy()
-        self._behaviour: Behaviour | None = None
+        self._behaviour: Behaviour | Maneuver | None = None
         self._recoveries = 0  # recoveries since the last progress
         self._next_behaviour = 0  # index into recovery.ORDER, round robin
         self._failed = False
@@ -732,7 +740,9 @@ class Controller:
             target = self._behaviour.target(mpc, field_, pose, velocity, now)
             if target is not None:
                 return self._recovery_output(target, velocity, self._behaviour.name, field_, t0)
-            log.info("%s ended after %.1f s", self._behaviour.name, now - self._behaviour.started_s)
+            why = getattr(self._behaviour, "reason", "")
+            elapsed = now - self._behaviour.started_s
+            log.info("%s ended after %.1f s%s", self._behaviour.name, elapsed, why and f": {why}")
             self._behaviour = None
             self._last_plan = None  # planned before the motion: neither a start nor a fallback any more
             self._checker.reset(pose, now)
@@ -757,6 +767,12 @@ class Controller:
             name = recovery.ORDER[self._next_behaviour % len(recovery.ORDER)]
             self._next_behaviour += 1
             extent, speed = 0.0, 0.0
+            if name == recovery.MANEUVER:
+                behaviour = self._maneuver(mpc, field_, grid, pose, now)
+                if behaviour is not None:
+                    break
+                log.info("%s skipped: no footprint-free motion onto the path ahead", name)
+                continue
             if name == recovery.ROTATE:
                 extent = recovery.rotation_angle(mpc, field_, pose, goal, cfg.spin_dist_rad)
                 speed = min(cfg.spin_speed, self.robot.w_max)
@@ -785,9 +801,30 @@ class Controller:
             self._own.clear_path()
             self._last_plan, self._progress, self._own_progress = None, 0, 0.0
             return name
-        self._behaviour = Behaviour(name, pose, now, extent, speed, cfg.recovery_time_allowance_s)
+        if name == recovery.MANEUVER:
+            self._behaviour = behaviour
+        else:
+            self._behaviour = Behaviour(name, pose, now, extent, speed, cfg.recovery_time_allowance_s)
         target = self._behaviour.target(mpc, field_, pose, velocity, now)
         return self._recovery_output(np.zeros(2) if target is None else target, velocity, name, field_, t0)
+
+    def _maneuver(
+        self, mpc: SQPMPC, field_: DistanceField, grid: OccupancyGrid, pose: np.ndarray, now: float
+    ) -> Maneuver | None:
+        """The manoeuvre onto the path ahead (`mnemo_mpc.nav.maneuver`), at the margin this step's MPC would keep
+        along it; None without a path or a manoeuvre."""
+        path = self._path if self._path is not None else self._own.path
+        if path is None or len(path) < 2:
+            return None
+        near = int(np.argmin(np.hypot(path[:, 0] - pose[0], path[:, 1] - pose[1])))
+        ahead = np.asarray(path[near:], dtype=float)[:, :2]
+        ahead = ahead[: max(2, int(np.searchsorted(np.cumsum(np.hypot(*np.diff(ahead, axis=0).T)), 1.5)) + 2)]
+        margin = self._step_margin(field_, grid.shape, ahead)
+        waypoints = plan_maneuver(mpc, field_, pose, path, margin)
+        if waypoints is None:
+            return None
+        floor = Maneuver.floor(mpc, field_, pose, margin)
+        return Maneuver(waypoints, floor, now, self.config.recovery_time_allowance_s)
 
     def _recovery_output(
         self, target: np.ndarray, velocity: np.ndarray, status: str, field_: DistanceField, t0: float

@@ -2,8 +2,10 @@
 
 `ProgressChecker` is Nav2's SimpleProgressChecker: the robot must move `required_movement_m` away from the pose where
 progress was last seen within `progress_timeout_s`, else it is stuck. The controller then runs the next recovery in
-the order rotate in place (re-observe) -> back off (only when the robot may reverse, v_min < 0) -> re-plan, round
-robin, and declares failure after `max_recoveries` of them without progress. Progress resets the count.
+the order manoeuvre onto the path (`mnemo_mpc.nav.maneuver`: a footprint-aware lattice motion, for a robot pinned
+misaligned at a passage) -> rotate in place (re-observe) -> back off (only when the robot may reverse, v_min < 0) ->
+re-plan, round robin, skipping one that cannot run here, and declares failure after `max_recoveries` of them without
+progress. Progress resets the count.
 
 The behaviours here produce *target* commands only; the controller passes every one through its checked command
 path (velocity and acceleration limits, finite). Motions are checked against the current grid with the footprint's
@@ -19,8 +21,8 @@ import numpy as np
 from mnemo_mpc.planning.esdf import DistanceField
 from mnemo_mpc.planning.mpc import SQPMPC
 
-ROTATE, BACK_OFF, REPLAN = "recovery_rotate", "recovery_back_off", "recovery_replan"
-ORDER: tuple[str, ...] = (ROTATE, BACK_OFF, REPLAN)
+MANEUVER, ROTATE, BACK_OFF, REPLAN = "recovery_maneuver", "recovery_rotate", "recovery_back_off", "recovery_replan"
+ORDER: tuple[str, ...] = (MANEUVER, ROTATE, BACK_OFF, REPLAN)
 
 
 class ProgressChecker:

@@ -305,7 +305,7 @@ class NavAdapter:
         level = {"idle": 0, "planned": 0, "goal_reached": 0, "rotating_to_path": 0, "stale_input": 1}
         level.update(fallback_previous_plan=1, fallback_unconverged=1)
         # Getting unstuck (mnemo_mpc.nav.recovery) is a warning; "failed" (recoveries exhausted) an error.
-        level.update(recovery_rotate=1, recovery_back_off=1, recovery_replan=1)
+        level.update(recovery_maneuver=1, recovery_rotate=1, recovery_back_off=1, recovery_replan=1)
         values = {
             "status": s.last_status,
             "reason": s.last_reason,

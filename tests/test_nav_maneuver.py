@@ -1,0 +1,160 @@
+"""The manoeuvre recovery (nav/maneuver.py): a Jackal-sized body pinned misaligned at the mouth of a passage 0.6 m
+wide (the dense worlds' lanes) gets into it by a footprint-checked lattice motion -- back up, turn, drive, turn --
+that the MPC cannot find by descent.
+
+The world: a clearing with one lane leaving it east, everything else wall. Kinematic closed loops, no simulator."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from mnemo_mpc.nav import recovery
+from mnemo_mpc.nav.maneuver import HEADINGS, MOVES, Maneuver, _pose_margins, plan_maneuver
+from mnemo_mpc.planning.esdf import DistanceField
+from mnemo_mpc.planning.grid import OccupancyGrid
+from mnemo_mpc.profile import NavParams, build
+
+RES = 0.05
+LANE_Y = (1.45, 2.05)  # 0.6 m: the Jackal's 0.43 m plus its 0.05 m margin each side leaves 7 cm
+# Front corner on the lane's mouth, 14 cm off its axis and 16 degrees off its heading: as dense-1083 stood.
+WEDGED = np.array([1.85, 1.89, 0.28])
+
+
+def jackal(v_min: float = -0.35):
+    params = dataclasses.replace(NavParams.from_yaml("config/robots/jackal.yaml"), v_min=v_min)
+    return build(params)
+
+
+def clearing_and_lane() -> OccupancyGrid:
+    data = np.full((80, 120), 100, np.int8)  # 4 m x 6 m of wall
+    data[10:60, 10:42] = 0  # clearing: x 0.5-2.1, y 0.5-3.0
+    data[round(LANE_Y[0] / RES) : round(LANE_Y[1] / RES), 42:115] = 0  # the lane east to x 5.75
+    return OccupancyGrid(data, resolution=RES)
+
+
+def lane_path() -> np.ndarray:
+    x = np.arange(1.3, 5.5, 0.05)
+    return np.column_stack([x, np.full_like(x, np.mean(LANE_Y))])
+
+
+@pytest.fixture(scope="module")
+def setup():
+    profile = jackal()
+    grid = clearing_and_lane()
+    controller = profile.controller()
+    return profile, grid, DistanceField(grid), controller.mpc(grid.shape)
+
+
+def test_the_wedged_pose_is_free_but_neither_forward_nor_turning_is(setup):
+    _profile, _grid, field, mpc = setup
+    assert 0.0 < _pose_margins(mpc, field, WEDGED) < 0.05
+    ahead = WEDGED + np.array([0.05 * np.cos(WEDGED[2]), 0.05 * np.sin(WEDGED[2]), 0.0])
+    assert _pose_margins(mpc, field, ahead) < 0.0
+    assert not recovery.rotation_free(mpc, field, WEDGED, -WEDGED[2])  # onto the lane's heading in place
+
+
+def test_lattice_moves_land_on_cells_and_headings_match_them():
+    assert np.allclose(np.arctan2(MOVES[:, 1], MOVES[:, 0]), HEADINGS)
+    assert len(set(map(tuple, MOVES))) == 16
+
+
+@pytest.mark.parametrize("margin", [0.05, 0.03, 0.01])
+def test_plan_backs_out_and_ends_aligned_in_the_lane(setup, margin):
+    _profile, _grid, field, mpc = setup
+    wp = plan_maneuver(mpc, field, WEDGED, lane_path(), margin)
+    assert wp is not None
+    assert wp[0, 3] == -1  # out first: nothing else is free
+    end = wp[-1]
+    assert end[0] > 2.3 and abs(end[1] - np.mean(LANE_Y)) <= RES + 1e-9 and abs(end[2]) < 1e-9
+    # Every waypoint after the join keeps the margin (the join itself may keep only what the robot has now).
+    assert np.all(_pose_margins(mpc, field, wp[1:, :3]) >= margin - 1e-9)
+
+
+def test_a_forward_only_robot_never_plans_to_reverse(setup):
+    _profile, grid, field, _mpc = setup
+    mpc = jackal(v_min=0.0).controller().mpc(grid.shape)
+    for pose in (WEDGED, np.array([1.2, 1.2, 2.0])):
+        wp = plan_maneuver(mpc, field, pose, lane_path(), 0.03)
+        assert wp is None or np.all(wp[:, 3] >= 0)
+    assert plan_maneuver(mpc, field, np.array([1.2, 1.2, 2.0]), lane_path(), 0.03) is not None
+
+
+def test_no_path_ahead_no_plan(setup):
+    _profile, _grid, field, mpc = setup
+    assert plan_maneuver(mpc, field, WEDGED, lane_path()[:3], 0.03) is None  # the path ends behind the robot
+    assert plan_maneuver(mpc, field, WEDGED, np.array([[1.0, 1.0], [1.0, 1.0]]), 0.03) is None
+
+
+def test_executor_drives_the_plan_into_the_lane_above_its_floor(setup):
+    profile, _grid, field, mpc = setup
+    wp = plan_maneuver(mpc, field, WEDGED, lane_path(), 0.03)
+    floor = Maneuver.floor(mpc, field, WEDGED, 0.03)
+    man = Maneuver(wp, floor, 0.0, 30.0)
+    pose, dt = WEDGED.copy(), profile.mpc.dt
+    for k in range(2000):
+        cmd = man.target(mpc, field, pose, np.zeros(2), k * dt)
+        if cmd is None:
+            break
+        assert profile.robot.v_min - 1e-9 <= cmd[0] <= profile.robot.v_max and abs(cmd[1]) <= profile.robot.w_max
+        pose = profile.robot.step(pose, cmd, dt)
+        assert _pose_margins(mpc, field, pose) >= floor - 0.005, f"too close at {pose}"
+    assert man.reason == "done"
+    assert pose[0] > 2.3 and abs(pose[1] - np.mean(LANE_Y)) < 0.04 and abs(pose[2]) < 0.05
+
+
+def test_executor_stops_when_the_way_is_blocked(setup):
+    """A wall drawn across the lane after planning: the manoeuvre ends, named, before the footprint reaches it."""
+    profile, grid, field, mpc = setup
+    wp = plan_maneuver(mpc, field, WEDGED, lane_path(), 0.03)
+    data = grid.data.copy()
+    data[:, 52:54] = 100  # x 2.6-2.7
+    blocked = DistanceField(OccupancyGrid(data, resolution=RES))
+    man = Maneuver(wp, Maneuver.floor(mpc, field, WEDGED, 0.03), 0.0, 30.0)
+    pose, dt = WEDGED.copy(), profile.mpc.dt
+    for k in range(2000):
+        cmd = man.target(mpc, blocked, pose, np.zeros(2), k * dt)
+        if cmd is None:
+            break
+        pose = profile.robot.step(pose, cmd, dt)
+        assert _pose_margins(mpc, blocked, pose) >= 0.0
+    assert "blocked" in man.reason
+
+
+def test_controller_gets_the_wedged_robot_through_the_lane(caplog):
+    """Closed loop: the controller, stuck at the mouth, runs the manoeuvre first and then reaches a goal down the
+    lane; with the manoeuvre taken out of the recoveries it does not (the fault this guards against)."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="mnemo_mpc.nav.controller")
+    reached = {order: _drive_from_wedged(order) for order in (recovery.ORDER, recovery.ORDER[1:])}
+    assert reached[recovery.ORDER] and not reached[recovery.ORDER[1:]]
+    assert "recovery 1/6: recovery_maneuver" in caplog.text
+
+
+def _drive_from_wedged(order: tuple[str, ...]) -> bool:
+    import unittest.mock
+
+    profile = jackal()
+    controller = profile.controller(progress_timeout_s=2.0, actuation=None)  # the ideal robot: no lag to invert
+    grid = clearing_and_lane()
+    xs, ys = grid.cell_centers()
+    occupied = np.column_stack([xs[grid.occupied_mask()], ys[grid.occupied_mask()]])
+    goal = np.array([5.2, np.mean(LANE_Y), 0.0])
+    path = lane_path()
+    controller.set_global_path(path)
+    pose, vel, dt = WEDGED.copy(), np.zeros(2), profile.mpc.dt
+    with unittest.mock.patch.object(recovery, "ORDER", order):
+        for _ in range(int(40.0 / dt)):
+            out = controller.step(grid, pose, vel, goal)
+            if out.status == "goal_reached":
+                return True
+            if out.status == "failed":
+                return False
+            pose, vel = profile.robot.step(pose, out.command, dt), out.command
+            # The body itself, not its covering discs (which stick out by up to footprint_tolerance): no wall cell's
+            # centre inside it.
+            assert np.min(profile.robot.shape.world_signed_distance(pose, occupied)) > 0.0, f"collision at {pose}"
+    return False
