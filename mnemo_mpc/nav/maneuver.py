@@ -111,11 +111,15 @@ def plan_maneuver(
         xs[None] + 0.5 * step_xy[knight, 0, None, None],
         ys[None] + 0.5 * step_xy[knight, 1, None, None],
         yaw_grid[knight],
+        where=valid[knight],
     )
-    # A turn between neighbouring headings sweeps the corners through the heading half-way (the executor checks
-    # each turn finely before it runs: `recovery.rotation_free`).
-    half_turn = headings + 0.5 * np.angle(np.exp(1j * (np.roll(HEADINGS, -1) - HEADINGS)))
-    turn_ok = free(xs[None], ys[None], half_turn[:, None, None])  # (nh, ...): between h and h + 1
+    # A turn between neighbouring headings (up to 26.6 degrees) sweeps the corners through the headings between:
+    # checked at its quarters, so that a corner 0.33 m out misses no more than ~2 cm between checks -- what the
+    # executor's finer check (every 0.05 rad, `Maneuver.floor`: the margin less 2 cm) allows.
+    gap = np.angle(np.exp(1j * (np.roll(HEADINGS, -1) - HEADINGS)))
+    turn_ok = valid & np.roll(valid, -1, axis=0)  # (nh, ...): the turn between h and h + 1
+    for f in (0.25, 0.5, 0.75):
+        turn_ok &= free(xs[None], ys[None], (headings + f * gap)[:, None, None], where=turn_ok)
 
     ids = np.arange(nh * side * side).reshape(nh, side, side)
     src, dst, cost = [], [], []
@@ -203,12 +207,23 @@ class _FreeCheck:
         self.inner = mpc.robot.shape.inscribed_radius
         self.outer = float(np.max(np.hypot(mpc.discs[:, 0], mpc.discs[:, 1]) + mpc.discs[:, 2]))
 
-    def __call__(self, x: np.ndarray, y: np.ndarray, yaw: np.ndarray, margin: float | None = None) -> np.ndarray:
+    def __call__(
+        self,
+        x: np.ndarray,
+        y: np.ndarray,
+        yaw: np.ndarray,
+        margin: float | None = None,
+        where: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Free at each pose; False, unchecked, outside `where` (a mask broadcast with the poses)."""
         m = self.margin if margin is None else margin
-        x, y, yaw = np.broadcast_arrays(x, y, yaw)
-        d0 = np.asarray(self.field.distance(np.stack([x, y], axis=-1)))
+        d0 = np.asarray(self.field.distance(np.stack(np.broadcast_arrays(x, y), axis=-1)))  # before the headings
+        x, y, yaw, d0 = np.broadcast_arrays(x, y, yaw, d0)
         out = d0 >= self.outer + m
         band = (d0 >= self.inner + m) & ~out
+        if where is not None:
+            out = out & where
+            band &= where
         if np.any(band):
             poses = np.stack([x[band], y[band], yaw[band]], axis=-1)
             out[band] = _pose_margins(self.mpc, self.field, poses) >= m
