@@ -289,14 +289,16 @@ def parse_footprint(value: Any, robot_radius: float | None = None) -> Footprint:
         else:
             import yaml
 
+            from mnemo_mpc.safe_io import first_line, show
+
             try:
                 value = yaml.safe_load(text)  # "[[x, y], ...]" is a YAML flow sequence
-            except yaml.YAMLError as exc:
-                raise InputError(f"footprint: expected '[[x, y], ...]', got {text!r} ({exc})") from exc
+            except (yaml.YAMLError, ValueError, RecursionError) as exc:  # ValueError: an int past the digit limit
+                raise InputError(f"footprint: expected '[[x, y], ...]', got {show(text)} ({first_line(exc)})") from exc
             if not isinstance(value, list) or not all(
                 isinstance(v, list) and len(v) == 2 and all(_is_number(c) for c in v) for v in value
             ):
-                raise InputError(f"footprint: expected '[[x, y], ...]' with numbers, got {text!r}")
+                raise InputError(f"footprint: expected '[[x, y], ...]' with numbers, got {show(text)}")
     if value is None or (isinstance(value, list | tuple) and len(value) == 0):
         if robot_radius is None:
             raise InputError("footprint: empty, and no robot_radius for a circular footprint")
