@@ -43,7 +43,7 @@ def _assert_contract(report: FuzzReport, messages: int) -> None:
     # rejections were observed, every bad message among them (the check above counts each accepted one)
     assert report.summary()["rejected_messages"] >= report.labels["bad"] > 0
     # the controller planned its own path (no global path) and towards far goals
-    assert report.own_path_ticks > 0 and report.far_goal_ticks > 0
+    assert report.own_path_ticks > 0 and report.far_goal_ticks > 0 and report.own_path_episodes > 0
     far = {v for v in report.variants if v.startswith("goal_far_1e")}
     assert len(far) >= 6, far
 
@@ -234,7 +234,7 @@ def test_fuzz_reports_a_controller_that_raises(monkeypatch):
     _flaky_step(monkeypatch, fault)
     report = run_fuzz(FuzzConfig(seed=3, messages=1500, huge_grids=0), NavParams())
     planned = sum(n for status, n in report.statuses.items() if status not in ("idle", "stale_input"))
-    assert report.counts["error_tick"] == report.statuses["error"] > 0.1 * planned, dict(report.counts)
+    assert report.counts["error_tick"] == report.statuses["error"] > 0.05 * planned, dict(report.counts)
     assert any("ValueError: injected fault" in v.detail for v in report.examples)
 
 

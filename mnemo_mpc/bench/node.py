@@ -115,6 +115,7 @@ def run(cfg: NodeBenchConfig, progress: bool = True) -> dict[str, Any]:
                 "stale_ticks",
                 "episodes",
                 "goals_reached",
+                "own_path_episodes",
                 "own_path_ticks",
                 "far_goal_ticks",
                 "rejected_messages",

@@ -512,6 +512,7 @@ class Scenario:
             max_start_goal_m=1.2 * cfg.world_size_m,
         )
         self.episodes = 0
+        self.own_path_episodes = 0  # episodes whose goal came without a global path
         self.goals_reached = 0
         self.collisions = 0
         self.clock_resets = 0
@@ -543,13 +544,17 @@ class Scenario:
         world = generate_world(self.cfg.seed * 100_003 + self.episodes, self.world_config)
         self.episodes += 1
         path = None
-        if self.rng.random() < self.cfg.path_probability:
+        # 1 - path_probability of the episodes, evenly spread from the first one on, have no global path
+        share = 1.0 - self.cfg.path_probability
+        k = self.episodes - 1
+        if math.floor(k * share) == math.floor((k - 1) * share):
             try:
                 path = plan_global_path(world.grid, world.start[:2], world.goal[:2], self.robot)
             except MnemoError:
                 path = None
             if path is not None and self.rng.random() < 0.3:  # sparse, ~1 m between waypoints (issue 9, defect 8)
                 path = np.vstack([path[::20], path[-1:]])
+        self.own_path_episodes += path is None
         mask = world.grid.occupied_mask()
         rows, cols = np.nonzero(mask)
         occupied = world.grid.grid_to_world(np.column_stack([cols + 0.5, rows + 0.5]))
@@ -697,6 +702,7 @@ class FuzzReport:
     labels: Counter = field(default_factory=Counter)
     statuses: Counter = field(default_factory=Counter)
     rejection_checks: bool = False  # the adapter's rejections are observable (accepted/rejected labels checked)
+    own_path_episodes: int = 0
     own_path_ticks: int = 0  # ticks whose goal had no global path: the controller planned its own
     far_goal_ticks: int = 0  # ticks planned towards a goal over 100 m away
     stale_ticks: int = 0
@@ -748,6 +754,7 @@ class FuzzReport:
             "statuses": dict(self.statuses),
             "rejection_checks": self.rejection_checks,
             "rejected_messages": sum(n for (_, o), n in self.outcomes.items() if o == "rejected"),
+            "own_path_episodes": self.own_path_episodes,
             "own_path_ticks": self.own_path_ticks,
             "far_goal_ticks": self.far_goal_ticks,
             "stale_ticks": self.stale_ticks,
@@ -979,6 +986,7 @@ def run_fuzz(
     finally:
         package_log.removeHandler(errors)
     report.episodes = scenario.episodes
+    report.own_path_episodes = scenario.own_path_episodes
     report.goals_reached = scenario.goals_reached
     report.collisions = scenario.collisions
     report.clock_resets = scenario.clock_resets
