@@ -224,10 +224,13 @@ class NavParams:
         for name, bound in UPPER_BOUNDS.items():
             if getattr(self, name) > bound:
                 raise InputError(f"parameter {name}: expected at most {bound:,.0f}, got {getattr(self, name):,g}")
-        if not 8 <= self.window_cells <= MAX_WINDOW_CELLS:
+        # the ratio first: int(round(1e308 / 0.05)) would overflow
+        if not 8 <= self.grid_window_m / self.grid_resolution < MAX_WINDOW_CELLS + 1 or not (
+            8 <= self.window_cells <= MAX_WINDOW_CELLS
+        ):
             raise InputError(
                 f"parameters grid_window_m / grid_resolution: expected a window of 8 to {MAX_WINDOW_CELLS} cells per "
-                f"side, got {self.window_cells:,}"
+                f"side, got {self.grid_window_m / self.grid_resolution:,.4g}"
             )
         if self.horizon_steps < 2 or self.max_iter < 1:
             raise InputError(
@@ -278,7 +281,10 @@ class NavParams:
             # merged key by key, sections too (`dynamics.latency_s` is one parameter), as rcl does
             values.update(flatten_sections(entry["ros__parameters"], str(path)))
         values = {k: v for k, v in values.items() if k != "use_sim_time"}
-        return cls.from_dict(values, source=str(path))
+        try:
+            return cls.from_dict(values, source=str(path))
+        except InputError as exc:  # a value's own check names the parameter; the file is named here once
+            raise InputError(exc if str(exc).startswith(str(path)) else f"{path}: {exc}") from exc
 
     @classmethod
     def for_robot(cls, robot: Any, **values: Any) -> NavParams:
