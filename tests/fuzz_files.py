@@ -174,13 +174,15 @@ def model_case(rng: random.Random, cid: int) -> Case:
         doc[name] = "@@"
         value = rng.choice(HOSTILE_JSON[:13] + ['[[0, "x"]]', "[[1, 2, 3]]", "[" * 3000 + "]" * 3000])
         text = json.dumps(doc).replace('"@@"', value)
+        # legal: v_min 0 is the built-in robot's own; a footprint null or [] means the round robot
+        legal = (name == "v_min" and value == "0") or (name == "footprint" and value in ("null", "[]"))
         return Case(
             cid,
             "model",
             family,
             f"robot.{name}={value[:12]}",
             {"target": _model(spec, meta={"mnemo_mpc.robot": text})},
-            "invalid",
+            "valid" if legal else "invalid",
             kwargs=kw,
         )
     if family == "special":

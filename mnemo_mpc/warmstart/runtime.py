@@ -185,7 +185,8 @@ def read_metadata(path: str | os.PathLike[str]) -> tuple[bytes, ModelInfo]:
     def field_json(key: str) -> Any:
         if key not in meta:
             raise InputError(f"{path}: metadata field {key} is missing")
-        return parse_json(meta[key].encode("utf-8", "replace"), path, f"metadata field {key}")
+        raw = meta[key]  # protobuf hands a string that is not valid UTF-8 back as bytes
+        return parse_json(raw if isinstance(raw, bytes) else raw.encode("utf-8"), path, f"metadata field {key}")
 
     spec = _input_spec(path, field_json("mnemo_mpc.inputs"))
     robot = _robot(path, field_json("mnemo_mpc.robot"))
@@ -309,7 +310,10 @@ class WarmStartModel:
         data, self.info = read_metadata(path)
         check_compatible(self.info, robot, n, dt)
         self.robot, self.spec = robot, self.info.inputs
-        self.session, self.provider, skipped = _session(data, tuple(providers), threads)
+        try:
+            self.session, self.provider, skipped = _session(data, tuple(providers), threads)
+        except InputError as exc:  # a graph that passed the checker but that onnxruntime cannot build
+            raise InputError(f"{self.info.path}: {exc}") from exc
         self.last_inference_s = 0.0
         self.last_features_s = 0.0
         self._probe()
