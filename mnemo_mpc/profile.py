@@ -31,6 +31,29 @@ NODE_NAME = "mnemo_mpc_nav"
 SOLVE_BUDGET = 0.3
 # A parameter file is a few kilobytes (config/nav.yaml: ~6 KB); 1 MiB leaves room for many nodes' entries.
 MAX_PARAMS_FILE_BYTES = 1 << 20
+# Upper bounds (issue 26), each from the memory or time it costs; `grid_window_m: 1e5` and `horizon_steps: 1e5` were
+# accepted and the node's warm-up then died in CasADi with std::bad_alloc. Measured on the 2-core CI machine.
+# The planning window: its NLP, distance field and crop are built for window_cells^2 cells. 400 x 400 (20 m at the
+# default 0.05 m): warm-up (NLP build + first solve) 1.8 s and 167 MB peak, vs 0.3 s at the default 120.
+MAX_WINDOW_CELLS = 400
+UPPER_BOUNDS: dict[str, float] = {
+    # the tick itself takes 5-10 ms: above 1 kHz no period is left for it
+    "control_rate_hz": 1000.0,
+    "diagnostics_rate_hz": 100.0,
+    # input older than a minute is no view of the present; it only delays the stop
+    "stale_timeout_s": 60.0,
+    # an incoming costmap is copied and converted per message (int8 -> float: 9 B per cell): 16 M cells ~150 MB
+    "max_grid_cells": 16_000_000,
+    # a path is converted and projected per message (16 B per pose): 1 M poses ~16 MB and ~50 ms
+    "max_path_poses": 1_000_000,
+    # the NLP grows with the horizon (2N controls, a dense condensed QP): warm-up 5.9 s and 137 MB at N = 100
+    "horizon_steps": 100,
+    # iterations per control step: each is one QP; the solve is also capped by time (SOLVE_BUDGET)
+    "max_iter": 100,
+    # a simulated scan traces every beam per step
+    "sensor_beams": 10_000,
+    "sensor_range_m": 100.0,
+}
 
 
 # Sections of a profile: `dynamics: {latency_s: ...}` in YAML is the ROS parameter `dynamics.latency_s` and the field
@@ -88,18 +111,31 @@ class NavParams:
     use_stamped_twist: bool = param(False, "publish geometry_msgs/TwistStamped instead of Twist on cmd_vel")
     # timing and safety
     control_rate_hz: float = param(
-        10.0, "control loop rate [Hz]; at least 1/dt. Acceleration limits hold between consecutive commands"
+        10.0,
+        "control loop rate [Hz]; at least 1/dt, at most 1000 (a tick takes 5-10 ms). Acceleration limits hold between "
+        "consecutive commands",
     )
     stale_timeout_s: float = param(
-        0.5, "stop if odometry or the grid was received, or is stamped, longer ago than this [s]"
+        0.5, "stop if odometry or the grid was received, or is stamped, longer ago than this [s] (at most 60)"
     )
-    diagnostics_rate_hz: float = param(1.0, "rate of diagnostic_msgs/DiagnosticArray on /diagnostics [Hz]")
+    diagnostics_rate_hz: float = param(
+        1.0, "rate of diagnostic_msgs/DiagnosticArray on /diagnostics [Hz] (at most 100)"
+    )
     goal_tolerance_m: float = param(0.2, "goal reached when the robot centre is this close [m]")
     # the grid the MPC plans on: every incoming costmap is fitted to this robot-centred window (one NLP, bounded ticks)
-    grid_window_m: float = param(6.0, "side of the square planning window around the robot [m]")
+    grid_window_m: float = param(
+        6.0,
+        "side of the square planning window around the robot [m]; at most 400 cells of grid_resolution (20 m at "
+        "0.05 m: warm-up 1.8 s, 167 MB)",
+    )
     grid_resolution: float = param(0.05, "cell size of the planning window [m]")
-    max_grid_cells: int = param(4_000_000, "reject incoming grids with more cells than this (width * height)")
-    max_path_poses: int = param(20_000, "reject global paths with more poses than this")
+    max_grid_cells: int = param(
+        4_000_000,
+        "reject incoming grids with more cells than this (width * height); at most 16,000,000 (~150 MB per message)",
+    )
+    max_path_poses: int = param(
+        20_000, "reject global paths with more poses than this; at most 1,000,000 (~16 MB per message)"
+    )
     # robot (see mnemo_mpc.planning.robot.RobotModel; profiles in config/robots/)
     footprint: str = param(
         "",
@@ -116,13 +152,15 @@ class NavParams:
     w_max: float = param(1.5, "maximum |angular velocity| [rad/s]")
     a_max: float = param(1.0, "maximum |linear acceleration| [m/s^2]")
     alpha_max: float = param(3.0, "maximum |angular acceleration| [rad/s^2]")
-    sensor_range_m: float = param(5.0, "range of the robot's 2-D lidar [m] (the simulated lidar's range_max)")
+    sensor_range_m: float = param(
+        5.0, "range of the robot's 2-D lidar [m] (the simulated lidar's range_max; at most 100)"
+    )
     # MPC (see mnemo_mpc.planning.mpc.MPCConfig)
-    horizon_steps: int = param(30, "MPC horizon N")
+    horizon_steps: int = param(30, "MPC horizon N (at most 100: warm-up 5.9 s, 137 MB)")
     dt: float = param(0.1, "MPC step [s]")
     sqp_method: str = param("sqp", "'sqp' (condensed NLP, compiled, DAQP) or 'sqpmethod' (CasADi's, multiple shooting)")
     qpsol: str = param("piqp", "QP backend of CasADi's sqpmethod (sqp_method: sqpmethod)")
-    max_iter: int = param(10, "SQP iteration cap per control step (paper: 10)")
+    max_iter: int = param(10, "SQP iteration cap per control step (paper: 10; at most 100)")
     fallback_solver: str = param(
         "",
         "NLP solver for failed SQP solves: '' (off: the previous plan or a stop) or 'ipopt' (capped at 0.3 of a "
@@ -166,7 +204,7 @@ class NavParams:
     dynamics_localization_noise_m: float = param(0.0, "localiser position noise std [m] (simulation)", "dynamics")
     dynamics_localization_noise_rad: float = param(0.0, "localiser heading noise std [rad] (simulation)", "dynamics")
     sensor_fov_deg: float = param(360.0, "lidar field of view, centred on the heading [deg]", "sensor")
-    sensor_beams: int = param(360, "lidar beams per scan", "sensor")
+    sensor_beams: int = param(360, "lidar beams per scan (at most 10,000)", "sensor")
     sensor_noise_m: float = param(0.01, "lidar range noise std [m]", "sensor")
     sensor_dropout: float = param(0.0, "probability that a lidar beam is lost (NaN) [0, 1)", "sensor")
 
@@ -183,9 +221,16 @@ class NavParams:
                 f"parameter control_rate_hz: expected >= 1/dt = {1 / self.dt:g} Hz (a command must not be held longer "
                 f"than the MPC step dt = {self.dt} s it was planned for), got {self.control_rate_hz}"
             )
-        if self.window_cells < 8:
+        for name, bound in UPPER_BOUNDS.items():
+            if getattr(self, name) > bound:
+                raise InputError(f"parameter {name}: expected at most {bound:,.0f}, got {getattr(self, name):,g}")
+        # the ratio first: int(round(1e308 / 0.05)) would overflow
+        if not 8 <= self.grid_window_m / self.grid_resolution < MAX_WINDOW_CELLS + 1 or not (
+            8 <= self.window_cells <= MAX_WINDOW_CELLS
+        ):
             raise InputError(
-                f"parameters grid_window_m / grid_resolution: expected a window of >= 8 cells, got {self.window_cells}"
+                f"parameters grid_window_m / grid_resolution: expected a window of 8 to {MAX_WINDOW_CELLS} cells per "
+                f"side, got {self.grid_window_m / self.grid_resolution:,.4g}"
             )
         if self.horizon_steps < 2 or self.max_iter < 1:
             raise InputError(
@@ -236,7 +281,10 @@ class NavParams:
             # merged key by key, sections too (`dynamics.latency_s` is one parameter), as rcl does
             values.update(flatten_sections(entry["ros__parameters"], str(path)))
         values = {k: v for k, v in values.items() if k != "use_sim_time"}
-        return cls.from_dict(values, source=str(path))
+        try:
+            return cls.from_dict(values, source=str(path))
+        except InputError as exc:  # a value's own check names the parameter; the file is named here once
+            raise InputError(exc if str(exc).startswith(str(path)) else f"{path}: {exc}") from exc
 
     @classmethod
     def for_robot(cls, robot: Any, **values: Any) -> NavParams:

@@ -5,23 +5,35 @@
   read no further than that cap (a file that grows while read cannot exhaust memory);
 - `load_yaml`: that, decoded as UTF-8, parsed by `StrictYamlLoader`: a SafeLoader without aliases (an alias bomb
   expands exponentially; none of our formats needs one), nesting at most `MAX_YAML_DEPTH` deep (no RecursionError)
-  and without duplicate keys (YAML calls them an error; PyYAML would silently keep the last).
+  and without duplicate keys (YAML calls them an error; PyYAML would silently keep the last);
+- `load_json` (issue 26: dataset-store metadata): the same read, then JSON nested at most `MAX_JSON_DEPTH` deep
+  (measured on the raw bytes before parsing, so a deep document costs one linear scan, never a RecursionError) and
+  numbers within Python's digit limit (a 5000-digit integer is an error, not a ValueError from deep inside).
+
+Model files (`warmstart.runtime`) and map images (`planning.mapio`) go through `read_regular_file` too: every file
+a user hands the package is read by this one function.
 
 Every failure is the caller's error class (`InputError` or a subclass such as `MapFormatError`) naming the file.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from mnemo_mpc.errors import InputError
 
 MAX_YAML_DEPTH = 16
+# Our JSON documents (zarr metadata, the store manifest) nest at most ~6 deep; 64 leaves room and stays far below
+# the interpreter's recursion limit.
+MAX_JSON_DEPTH = 64
 
 
 def show(value: Any, limit: int = 60) -> str:
@@ -57,7 +69,7 @@ def _file_kind(mode: int) -> str:
 
 
 def check_regular(
-    st: os.stat_result, path: Path, max_bytes: int, what: str, error: type[InputError] = InputError, hint: str = ""
+    st: os.stat_result, path: Path, max_bytes: int, what: str, error: type[Exception] = InputError, hint: str = ""
 ) -> None:
     """`st` is a regular file of at most `max_bytes`; `hint` follows the size error (e.g. how to raise the cap)."""
     if not stat.S_ISREG(st.st_mode):
@@ -67,9 +79,11 @@ def check_regular(
 
 
 def read_regular_file(
-    path: str | os.PathLike[str], max_bytes: int, what: str, error: type[InputError] = InputError, hint: str = ""
+    path: str | os.PathLike[str], max_bytes: int, what: str, error: type[Exception] = InputError, hint: str = ""
 ) -> bytes:
-    """All of `path`, which must be a regular file of at most `max_bytes` (see the module docstring)."""
+    """All of `path`, which must be a regular file of at most `max_bytes` (see the module docstring). `error` is
+    raised with one message argument naming the file; an OSError behind it is its `__cause__` (a caller can tell
+    a missing file from an unreadable one)."""
     path = Path(path)
     try:
         st = os.stat(path)
@@ -150,3 +164,54 @@ def load_yaml(path: str | os.PathLike[str], max_bytes: int, what: str, error: ty
     except UnicodeDecodeError as exc:
         raise error(f"{path}: {what} is not UTF-8 text (byte {exc.start})") from exc
     return parse_yaml(text, path, what, error)
+
+
+# A JSON string: quotes around anything but a quote or backslash, or an escape (unrolled: linear, no backtracking).
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_DEPTH_STEP = np.zeros(256, dtype=np.int8)
+_DEPTH_STEP[[ord("["), ord("{")]] = 1
+_DEPTH_STEP[[ord("]"), ord("}")]] = -1
+
+
+def json_depth(raw: bytes, block: int = 1 << 20) -> int:
+    """The deepest nesting of `raw` JSON (brackets outside strings), in memory bounded by `block` bytes at a time."""
+    stripped = _JSON_STRING.sub(b'""', raw)
+    depth, deepest = 0, 0
+    for start in range(0, len(stripped), block):
+        steps = _DEPTH_STEP[np.frombuffer(stripped, np.uint8, min(block, len(stripped) - start), start)]
+        running = np.cumsum(steps, dtype=np.int64) + depth
+        if running.size:
+            deepest = max(deepest, int(running.max()))
+            depth = int(running[-1])
+    return deepest
+
+
+def parse_json(
+    raw: bytes,
+    path: str | os.PathLike[str],
+    what: str,
+    error: type[Exception] = InputError,
+    max_depth: int = MAX_JSON_DEPTH,
+) -> Any:
+    """`raw` as UTF-8 JSON nested at most `max_depth` deep; any failure is `error` naming `path`. NaN and Infinity
+    are accepted as Python's json reads them (zarr writes NaN fill values so); callers check their values."""
+    depth = json_depth(raw)
+    if depth > max_depth:
+        raise error(f"{path}: {what} is nested {depth} levels deep, expected at most {max_depth}")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise error(f"{path}: {what} is not UTF-8 text (byte {exc.start})") from exc
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, int() past the digit limit; depth is checked
+        raise error(f"{path}: {what} is not valid JSON ({first_line(exc)})") from exc
+
+
+def load_json(
+    path: str | os.PathLike[str],
+    max_bytes: int,
+    what: str,
+    error: type[Exception] = InputError,
+    max_depth: int = MAX_JSON_DEPTH,
+) -> Any:
+    """A JSON file read by `read_regular_file` and parsed by `parse_json`."""
+    return parse_json(read_regular_file(path, max_bytes, what, error), path, what, error, max_depth)

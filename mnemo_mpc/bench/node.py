@@ -107,7 +107,19 @@ def run(cfg: NodeBenchConfig, progress: bool = True) -> dict[str, Any]:
         "ticks_over_period": summary["ticks_over_period"],
         "counts": {
             k: summary[k]
-            for k in ("messages", "ticks", "published", "moving_ticks", "stale_ticks", "episodes", "goals_reached")
+            for k in (
+                "messages",
+                "ticks",
+                "published",
+                "moving_ticks",
+                "stale_ticks",
+                "episodes",
+                "goals_reached",
+                "own_path_episodes",
+                "own_path_ticks",
+                "far_goal_ticks",
+                "rejected_messages",
+            )
         }
         | {"statuses": summary["statuses"], "labels": summary["labels"], "violations": summary["violations"]},
         "slowest_ticks": summary["slowest_ticks"],

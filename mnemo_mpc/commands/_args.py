@@ -8,20 +8,22 @@ nothing behind. Two kinds:
 * path checks (`check_output_file`, `check_output_dir`, `check_input_file`, `check_input_dir`) called at the top of
   a handler; they raise `InputError` naming the flag, which `mnemo_mpc.cli.main` prints as one line.
 
-Writability is checked with `os.access` on the nearest existing ancestor of the output, not by creating a probe file:
-an output's folders often do not exist yet (the command creates them), and a probe would have to create them and
-remove them again, leaving them behind if the process is killed in between; `os.access` touches nothing. What it
-cannot foresee (an ACL or a root-squashed NFS mount refusing a write that the mode bits allow) still fails at the
-atomic write itself (`mnemo_mpc.atomic`), as an OSError naming the file.
+Writability is tested by doing it (issue 26): the output's missing folders are created and a temporary file is
+created in the folder the output goes to, then both are removed again (`probe_writable`). `os.access` was not a write
+test: as root it says yes to `/proc/x/y.json`, and it cannot see ACLs, read-only mounts or a full quota, so such a run
+failed after its work with a traceback. Only folders this check created are removed, deepest first; a process killed
+in between leaves at most those empty folders and one empty `.mnemo-mpc-probe-*` file.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 import os
 import stat
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -179,22 +181,44 @@ def _stat(path: Path, flag: str) -> os.stat_result | None:
 
 
 def _check_creatable(path: Path, flag: str) -> None:
-    """`path` does not exist: the nearest existing folder above it must be a directory this process may write into
-    (the command creates the folders in between)."""
+    """`path` does not exist: the nearest existing folder above it must be a directory, and the folders down to
+    `path`'s parent must be creatable and writable (`probe_writable`)."""
     ancestor = Path(os.path.abspath(path)).parent
     while (st := _stat(ancestor, flag)) is None and ancestor != ancestor.parent:
         ancestor = ancestor.parent
     if st is None or not stat.S_ISDIR(st.st_mode):
         raise InputError(f"{flag}: cannot create {path}: {ancestor} is not a directory")
-    if not _writable(ancestor):
-        raise InputError(f"{flag}: cannot create {path}: {ancestor} is not writable")
+    probe_writable(Path(os.path.abspath(path)).parent, flag, f"cannot create {path}")
 
 
-def _writable(folder: Path) -> bool:
-    mode = os.W_OK | os.X_OK
-    if os.access in os.supports_effective_ids:
-        return os.access(folder, mode, effective_ids=True)
-    return os.access(folder, mode)
+def probe_writable(folder: Path, flag: str, what: str) -> None:
+    """Create `folder` (and its missing parents) and a temporary file in it, then remove them: InputError naming
+    `flag` when any of it fails. The only test that answers for root, ACLs, read-only mounts and full disks alike."""
+    created: list[Path] = []
+    try:
+        missing = []
+        p = folder
+        while not os.path.lexists(p) and p != p.parent:
+            missing.append(p)
+            p = p.parent
+        for d in reversed(missing):
+            os.mkdir(d)
+            created.append(d)
+        fd, tmp = tempfile.mkstemp(prefix=".mnemo-mpc-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        reason = "not writable" if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else exc.strerror
+        where = exc.filename if exc.filename else folder
+        raise InputError(
+            f"{flag}: {what}: {where} is {reason}" if reason == "not writable" else f"{flag}: {what}: {where}: {reason}"
+        ) from None
+    finally:
+        for d in reversed(created):
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
 
 
 def check_output_file(path: str | os.PathLike[str], flag: str) -> Path:
@@ -208,8 +232,8 @@ def check_output_file(path: str | os.PathLike[str], flag: str) -> Path:
         raise InputError(f"{flag}: {path} is a directory; expected a file path")
     elif not stat.S_ISREG(st.st_mode):
         raise InputError(f"{flag}: {path} exists and is not a regular file")
-    elif not _writable(path.parent):
-        raise InputError(f"{flag}: cannot replace {path}: its folder is not writable")
+    else:
+        probe_writable(path.parent, flag, f"cannot replace {path}")
     return path
 
 
@@ -224,8 +248,8 @@ def check_output_dir(path: str | os.PathLike[str], flag: str, *, new: bool = Fal
         raise InputError(f"{flag}: {path} exists; expected a new path")
     elif not stat.S_ISDIR(st.st_mode):
         raise InputError(f"{flag}: {path} exists and is not a directory")
-    elif not _writable(path):
-        raise InputError(f"{flag}: {path} is not writable")
+    else:
+        probe_writable(path, flag, f"cannot write into {path}")
     return path
 
 

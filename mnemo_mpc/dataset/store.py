@@ -51,6 +51,7 @@ import math
 import os
 import re
 import shutil
+import stat
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -63,6 +64,7 @@ import numpy as np
 from mnemo_mpc import __version__
 from mnemo_mpc.atomic import atomic_write_json
 from mnemo_mpc.errors import DatasetError
+from mnemo_mpc.safe_io import load_json, read_regular_file
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,11 @@ WORLDS_DIR = "worlds"
 TMP_DIR = ".tmp"
 QUARANTINE_DIR = ".quarantine"
 META = "zarr.json"
+# Caps on the JSON documents a reader opens (issue 26: a FIFO, /dev/zero or a huge file in their place must be an
+# error, not a hang or an out-of-memory kill). A world's group document holds ~20 array records (~10 KB); an array's
+# ~1 KB. The manifest holds ~1.5 KB per world: 256 MiB is ~170,000 worlds, and parses in ~2 GB at most.
+MAX_META_BYTES = 16 << 20
+MAX_MANIFEST_BYTES = 256 << 20
 
 # Episode outcomes; "error" means the episode raised (the message is kept), it is recorded, never dropped.
 WORLD_STATUSES = ("success", "collision", "timeout", "error")
@@ -359,11 +366,13 @@ def _read_world_doc(path: Path, world_id: int | None = None) -> dict[str, Any]:
         return StoreCorruptionError(root, wid, None, META, reason)
 
     try:
-        doc = json.loads((path / META).read_bytes())
-    except FileNotFoundError as exc:
-        raise bad("group metadata is missing") from exc
-    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
-        raise bad(f"group metadata is unreadable ({type(exc).__name__}: {exc})") from exc
+        doc = load_json(path / META, MAX_META_BYTES, "group metadata", DatasetError)
+    except DatasetError as exc:
+        if isinstance(exc.__cause__, FileNotFoundError):
+            raise bad("group metadata is missing") from exc
+        raise bad(f"group metadata is unreadable ({exc})") from exc
+    if not isinstance(doc, dict):
+        raise bad(f"group metadata is a JSON {type(doc).__name__}, expected an object")
     try:
         attrs = doc["attributes"]
         integrity = attrs["integrity"]
@@ -550,12 +559,12 @@ class DatasetStore:
     @staticmethod
     def _read_manifest(root: Path) -> dict[str, Any]:
         path = root / MANIFEST
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise DatasetError(f"{root}: not a dataset store (no {MANIFEST})")
         try:
-            manifest = json.loads(path.read_bytes())
-        except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
-            raise DatasetError(f"{path}: unreadable manifest ({type(exc).__name__}: {exc})") from exc
+            manifest = load_json(path, MAX_MANIFEST_BYTES, "manifest", DatasetError)
+        except DatasetError as exc:
+            raise DatasetError(f"unreadable manifest: {exc}") from exc
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
             got = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
             raise DatasetError(f"{path}: not a {FORMAT} manifest (format={got!r})")
@@ -684,6 +693,8 @@ class WorldReader:
         self._arrays: dict[str, ArrayReader] = {}
         if not verify:
             try:
+                # zarr would open a FIFO in its place and block: the one check unverified reads keep
+                read_regular_file(self.path / META, MAX_META_BYTES, "group metadata", DatasetError)
                 self._group = zarr.open_group(self.path, mode="r", zarr_format=3)
                 self.attrs = dict(self._group.attrs)
                 self.records = dict(self.attrs["integrity"]["arrays"])
@@ -703,16 +714,19 @@ class WorldReader:
         for name, rec in self.records.items():
             meta = self.path / name / META
             try:
-                digest = hashlib.sha256(meta.read_bytes()).hexdigest()
-            except OSError as exc:
-                raise self.error(name, META, f"array metadata unreadable ({type(exc).__name__})") from exc
-            if digest != rec["metadata_sha256"]:
+                digest = hashlib.sha256(read_regular_file(meta, MAX_META_BYTES, "array metadata", DatasetError))
+            except DatasetError as exc:
+                raise self.error(name, META, f"array metadata unreadable ({exc})") from exc
+            if digest.hexdigest() != rec["metadata_sha256"]:
                 raise self.error(name, META, "array metadata fails its SHA-256 (corrupted)")
             for key, size in rec["chunks"].items():
                 try:
-                    actual = (self.path / name / key).stat().st_size
+                    st = os.stat(self.path / name / key)
                 except OSError:
                     raise self.error(name, key, "chunk is missing") from None
+                actual = st.st_size
+                if not stat.S_ISREG(st.st_mode):  # zarr would open it and block on a FIFO
+                    raise self.error(name, key, "chunk is not a regular file")
                 if actual != size:
                     raise self.error(name, key, f"chunk is {actual} bytes, {size} were written (truncated or replaced)")
         try:
@@ -905,9 +919,9 @@ def verify_store(root: str | os.PathLike[str], repair: bool = False, progress: b
         report.problems.append({"world_id": None, "array": MANIFEST, "chunk": None, "reason": str(exc)})
     for doc_dir in (root, root / WORLDS_DIR):
         try:
-            doc = json.loads((doc_dir / META).read_bytes())
+            doc = load_json(doc_dir / META, MAX_META_BYTES, "group metadata", DatasetError)
             good = doc == _GROUP_DOC or doc == {**_GROUP_DOC, "consolidated_metadata": None}
-        except (OSError, ValueError):
+        except DatasetError:
             good = False
         if not good:
             rel = (doc_dir / META).relative_to(root).as_posix()

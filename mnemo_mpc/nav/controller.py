@@ -50,6 +50,7 @@ from mnemo_mpc.nav.own_path import OwnPath
 from mnemo_mpc.nav.recovery import Behaviour, ProgressChecker
 from mnemo_mpc.nav.reference import regulated_speed, subgoal_and_reference, visible_subgoal
 from mnemo_mpc.nav.rotation_shim import RotationShim, ShimConfig
+from mnemo_mpc.nav.step_inputs import check_step_inputs
 from mnemo_mpc.planning.esdf import UNKNOWN_POLICIES, DistanceField
 from mnemo_mpc.planning.global_path import inflation_radius
 from mnemo_mpc.planning.grid import OccupancyGrid
@@ -339,6 +340,7 @@ class Controller:
         state predicted to when the command acts (`nav.actuation`), the robot's own cells cleared (`nav.clearing`),
         the plan (`_plan`), and the command the drive needs to follow it."""
         t0 = time.perf_counter()
+        check_step_inputs(pose, velocity, goal, global_path)  # bounded, not just finite (nav.step_inputs)
         if not isinstance(grid, OccupancyGrid):
             raise InputError(f"Controller.grid: expected an OccupancyGrid, got {type(grid).__name__}")
         pose = _vector(pose, 3, "pose")

@@ -279,6 +279,12 @@ def to_robot(points: Any, pose: Any) -> np.ndarray:
     return np.stack([c * p[:, 0] + s * p[:, 1], -s * p[:, 0] + c * p[:, 1]], axis=1)
 
 
+# A footprint parameter is a polygon of a few to a few dozen vertices (~20 characters each). PyYAML parses a 240 KB
+# flow sequence in ~2 s; 10,000 characters (~500 vertices) parse in milliseconds (issue 26: a profile's bad input
+# is refused within a second).
+MAX_FOOTPRINT_CHARS = 10_000
+
+
 def parse_footprint(value: Any, robot_radius: float | None = None) -> Footprint:
     """A footprint from Nav2-style parameters: `value` is the `footprint` parameter, a string "[[x, y], ...]" or a
     list of [x, y]; empty ("" or []) means a circle of `robot_radius`. InputError naming what is wrong."""
@@ -286,17 +292,22 @@ def parse_footprint(value: Any, robot_radius: float | None = None) -> Footprint:
         text = value.strip()
         if not text or text == "[]":
             value = []
+        elif len(text) > MAX_FOOTPRINT_CHARS:
+            raise InputError(
+                f"footprint: a string of {len(text):,} characters, expected at most {MAX_FOOTPRINT_CHARS:,} ('[[x, y], "
+                f"...]' with at most a few hundred vertices)"
+            )
         else:
-            import yaml
+            from mnemo_mpc.safe_io import first_line, parse_yaml, show
 
-            try:
-                value = yaml.safe_load(text)  # "[[x, y], ...]" is a YAML flow sequence
-            except yaml.YAMLError as exc:
-                raise InputError(f"footprint: expected '[[x, y], ...]', got {text!r} ({exc})") from exc
+            try:  # "[[x, y], ...]" is a YAML flow sequence; strict: no aliases, nesting <= 16, digit limit an error
+                value = parse_yaml(text, "footprint", "the value")
+            except InputError as exc:
+                raise InputError(f"footprint: expected '[[x, y], ...]', got {show(text)} ({first_line(exc)})") from exc
             if not isinstance(value, list) or not all(
                 isinstance(v, list) and len(v) == 2 and all(_is_number(c) for c in v) for v in value
             ):
-                raise InputError(f"footprint: expected '[[x, y], ...]' with numbers, got {text!r}")
+                raise InputError(f"footprint: expected '[[x, y], ...]' with numbers, got {show(text)}")
     if value is None or (isinstance(value, list | tuple) and len(value) == 0):
         if robot_radius is None:
             raise InputError("footprint: empty, and no robot_radius for a circular footprint")

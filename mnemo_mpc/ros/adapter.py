@@ -67,6 +67,9 @@ class AdapterStats:
 
     statuses: Counter = field(default_factory=Counter)
     rejected: Counter = field(default_factory=Counter)
+    # Messages dropped because parsing raised something other than InputError: still dropped (the node must run on),
+    # but that is a bug the message exposed, not a malformed message; counted apart so a fuzz can see it (issue 26).
+    unexpected: Counter = field(default_factory=Counter)
     warm_starts: Counter = field(default_factory=Counter)
     tick_ms: deque = field(default_factory=lambda: deque(maxlen=500))
     solve_ms: deque = field(default_factory=lambda: deque(maxlen=500))
@@ -95,6 +98,11 @@ class NavAdapter:
     @property
     def goal(self) -> np.ndarray | None:
         return self._goal
+
+    @property
+    def global_path(self) -> np.ndarray | None:
+        """The global path the controller follows (None: it plans its own path to the goal)."""
+        return self._path
 
     @property
     def last_rejection(self) -> str:
@@ -190,6 +198,8 @@ class NavAdapter:
             return _Stamped(parse(msg), float(now_s), stamp)
         except Exception as exc:  # any malformed message is dropped and reported; it must never stop the node
             text = str(exc) if isinstance(exc, InputError) else f"{type(exc).__name__}: {exc}"
+            if not isinstance(exc, InputError):
+                self.stats.unexpected[kind] += 1
             self._reject(kind, text)
             return None
 
@@ -320,6 +330,7 @@ class NavAdapter:
             "fallbacks": str(s.statuses["fallback_previous_plan"] + s.statuses["fallback_stop"]),
             "stale_ticks": str(s.statuses["stale_input"]),
             "errors": str(s.statuses["error"]),
+            "unexpected_drops": str(sum(s.unexpected.values())),
             "rejected_messages": ", ".join(f"{k}={v}" for k, v in sorted(s.rejected.items())) or "0",
             "last_rejection": s.last_rejection,
         }

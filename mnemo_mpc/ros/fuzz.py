@@ -7,14 +7,21 @@ follows the published commands exactly (`RobotModel.step`, the kinematic unicycl
 path) once. Interleaved with that stream come hostile messages (`HOSTILE`): NaN / +-inf in every float field of
 every input type, wrong data length, zero / negative / NaN resolution, empty, 1x1, 3x3 and huge grids, cell values
 out of range, zero and unnormalised quaternions, stamps backwards / in the far future / zero / malformed, frame
-mismatches, paths with 0 / 1 / NaN points, goals in obstacles or off the map, odometry with absurd velocities. The
-clock itself misbehaves too: sensor dropouts, and the sim clock resetting (time going backwards).
+mismatches, paths with 0 / 1 / NaN points, goals in obstacles or off the map, goals at every decade of distance from
+10 m to 1e12 m (the accepted band ends at `convert.MAX_COORDINATE_M`), odometry with absurd velocities. The clock
+itself misbehaves too: sensor dropouts, and the sim clock resetting (time going backwards). A share of the episodes
+(`1 - path_probability`) has no global path, so the controller plans its own (`nav/own_path.py`).
 
 Every control period the runner delivers that period's messages to the callbacks (each at its receive time), ticks
 the adapter at `now_s` (advancing by T = 1 / control_rate_hz per tick, whatever the wall time), and checks the
 node's contract (`Monitor`):
 
-* no exception out of a callback or a tick;
+* no exception out of a callback or a tick, and none swallowed inside (issue 26: `NavAdapter` catches everything,
+  so those two could never fire): a tick with status "error" (the adapter caught an exception from the controller),
+  a message dropped because parsing raised something other than `InputError` (`AdapterStats.unexpected`), and any
+  ERROR log record from the package are each a violation;
+* every tick within `FuzzConfig.max_tick_s` (1 s, 10-100 periods: a generous bound on a shared machine, far below
+  the 1-6 s ticks a far goal once caused);
 * every published command is finite, within [v_min, v_max] x [-w_max, w_max], and differs from the previously
   published one (initially (0, 0), kept across idle periods) by at most a_max T and alpha_max T;
 * the published Twist carries that command; nothing is published only when the last published command was zero;
@@ -34,6 +41,7 @@ from __future__ import annotations
 
 import array
 import dataclasses
+import logging
 import math
 import time
 import traceback
@@ -83,11 +91,14 @@ class FuzzConfig:
     huge_cells: int = 2000
     clock_resets: int = 2  # sim clock jumps backwards
     dropouts: int = 4  # odometry and/or grid stop for 0.7-2 s
-    path_probability: float = 1.0  # an episode's goal comes with a global path (without one, clutter traps the MPC)
+    # an episode's goal comes with a global path; without one the controller plans its own path (nav/own_path.py:
+    # the code a far goal made unbounded), so both kinds of episode run
+    path_probability: float = 0.6
     episode_s: float = 40.0  # a new world after this much sim time without reaching the goal
     world_size_m: float = 8.0
     start_s: float = 1000.0  # sim clock at the first tick
     exclude: tuple[str, ...] = ()  # hostile variants left out (name prefixes), to isolate one finding from another
+    max_tick_s: float = 1.0  # a tick slower than this is a violation (module docstring)
 
     def __post_init__(self) -> None:
         from mnemo_mpc.errors import InputError
@@ -352,6 +363,22 @@ def _goal_at(xy: Callable[[np.random.Generator, ScenarioState], tuple[float, flo
     return edit
 
 
+def _far_goal(distance: float) -> Variant:
+    """A goal `distance` to `10 distance` metres from the robot in a random direction: "may" while its coordinates
+    are within `convert.MAX_COORDINATE_M` (the node must then plan towards it with bounded work), else "bad"."""
+
+    def make(rng: np.random.Generator, f: MessageFactory, s: ScenarioState, now: float) -> Any:
+        msg = _clean("goal", f, s, now - LATENCY_S["goal"])
+        heading = float(rng.uniform(-math.pi, math.pi))
+        d = distance * float(rng.uniform(1.0, 10.0))
+        x, y = s.pose[0] + d * math.cos(heading), s.pose[1] + d * math.sin(heading)
+        msg.pose = convert.make_pose(f.types, x, y, heading)
+        label = "may" if max(abs(x), abs(y)) <= convert.MAX_COORDINATE_M else "bad"
+        return "goal", msg, label
+
+    return make
+
+
 def _path_points(points: Callable[[np.random.Generator, ScenarioState], np.ndarray]) -> Callable[..., None]:
     def edit(msg: Any, rng: np.random.Generator, f: MessageFactory, s: ScenarioState, now: float) -> None:
         msg.poses = f.path(points(rng, s), now).poses
@@ -444,7 +471,9 @@ def _register() -> None:
     h["goal_quat_unnormalised"] = ("goal", _mutate("goal", "may", _quaternion("pose.orientation", 5.0)))
     h["goal_in_obstacle"] = ("goal", _mutate("goal", "may", _goal_in_obstacle))
     h["goal_off_map"] = ("goal", _mutate("goal", "may", _goal_at(lambda r, s: (-50.0, 80.0))))
-    h["goal_huge"] = ("goal", _mutate("goal", "may", _goal_at(lambda r, s: (1.0e12, -1.0e12))))
+    h["goal_huge"] = ("goal", _mutate("goal", "bad", _goal_at(lambda r, s: (1.0e12, -1.0e12))))
+    for decade in range(1, 13):  # every decade of distance: 10 m ... 1e12 m, beyond the accepted 1e6 m too
+        h[f"goal_far_1e{decade:02d}"] = ("goal", _far_goal(10.0**decade))
     h["goal_at_robot"] = ("goal", _mutate("goal", "may", _goal_at(lambda r, s: (s.pose[0], s.pose[1]))))
     # paths
     h["path_empty"] = ("path", _mutate("path", "may", _set("poses", list)))
@@ -483,6 +512,7 @@ class Scenario:
             max_start_goal_m=1.2 * cfg.world_size_m,
         )
         self.episodes = 0
+        self.own_path_episodes = 0  # episodes whose goal came without a global path
         self.goals_reached = 0
         self.collisions = 0
         self.clock_resets = 0
@@ -514,13 +544,17 @@ class Scenario:
         world = generate_world(self.cfg.seed * 100_003 + self.episodes, self.world_config)
         self.episodes += 1
         path = None
-        if self.rng.random() < self.cfg.path_probability:
+        # 1 - path_probability of the episodes, evenly spread from the first one on, have no global path
+        share = 1.0 - self.cfg.path_probability
+        k = self.episodes - 1
+        if math.floor(k * share) == math.floor((k - 1) * share):
             try:
                 path = plan_global_path(world.grid, world.start[:2], world.goal[:2], self.robot)
             except MnemoError:
                 path = None
             if path is not None and self.rng.random() < 0.3:  # sparse, ~1 m between waypoints (issue 9, defect 8)
                 path = np.vstack([path[::20], path[-1:]])
+        self.own_path_episodes += path is None
         mask = world.grid.occupied_mask()
         rows, cols = np.nonzero(mask)
         occupied = world.grid.grid_to_world(np.column_stack([cols + 0.5, rows + 0.5]))
@@ -566,8 +600,9 @@ class Scenario:
                 out.append(Delivery("grid", f.grid(s.grid, t - LATENCY_S["grid"]), t, "clean", "clean"))
             self._next_grid += 1.0 / cfg.grid_rate_hz
         if self._send_goal or (self._restore_at is not None and self.tick >= self._restore_at):
-            if s.episode.path is not None:
-                out.append(Delivery("path", f.path(s.episode.path, t_end), t_end, "clean", "clean"))
+            # without a global path the episode sends an empty one: it clears a hostile path still held
+            path = s.episode.path if s.episode.path is not None else np.zeros((0, 2))
+            out.append(Delivery("path", f.path(path, t_end), t_end, "clean", "clean"))
             out.append(Delivery("goal", f.goal(s.episode.goal, t_end), t_end, "clean", "clean"))
             self._send_goal, self._restore_at = False, None
         # hostile messages at random times in the period
@@ -666,7 +701,10 @@ class FuzzReport:
     outcomes: Counter = field(default_factory=Counter)  # (variant, "accepted" | "rejected") where observable
     labels: Counter = field(default_factory=Counter)
     statuses: Counter = field(default_factory=Counter)
-    rejection_checks: bool = False
+    rejection_checks: bool = False  # the adapter's rejections are observable (accepted/rejected labels checked)
+    own_path_episodes: int = 0
+    own_path_ticks: int = 0  # ticks whose goal had no global path: the controller planned its own
+    far_goal_ticks: int = 0  # ticks planned towards a goal over 100 m away
     stale_ticks: int = 0
     moving_ticks: int = 0
     episodes: int = 0
@@ -715,6 +753,10 @@ class FuzzReport:
             "labels": dict(self.labels),
             "statuses": dict(self.statuses),
             "rejection_checks": self.rejection_checks,
+            "rejected_messages": sum(n for (_, o), n in self.outcomes.items() if o == "rejected"),
+            "own_path_episodes": self.own_path_episodes,
+            "own_path_ticks": self.own_path_ticks,
+            "far_goal_ticks": self.far_goal_ticks,
             "stale_ticks": self.stale_ticks,
             "moving_ticks": self.moving_ticks,
             "episodes": self.episodes,
@@ -743,7 +785,8 @@ class FuzzReport:
         lines = [
             f"fuzz @ {self.rate_hz:g} Hz: {self.messages} messages, {self.ticks} ticks ({self.published} published, "
             f"{self.moving_ticks} moving, {self.stale_ticks} surely stale), {self.episodes} episodes, "
-            f"{self.goals_reached} goals reached, {self.collisions} collisions, {self.clock_resets} clock resets; "
+            f"{self.goals_reached} goals reached, {self.collisions} collisions, {self.clock_resets} clock resets, "
+            f"{self.own_path_ticks} own-path ticks, {self.far_goal_ticks} far-goal ticks; "
             f"violations {dict(self.counts)}",
             f"tick ms p50 {t['p50']:.2f} p99 {t['p99']:.2f} max {t['max']:.2f} (period {1e3 / self.rate_hz:.0f} ms, "
             f"{s['ticks_over_period']} over); wall {self.wall_s:.1f} s",
@@ -895,6 +938,24 @@ def _rejection_probe(adapter: Any) -> Callable[[], Any] | None:
     return None
 
 
+class _ErrorLog(logging.Handler):
+    """Counts ERROR records from the package's loggers (an exception the node caught and logged is still a finding)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name.startswith("mnemo_mpc"):
+            self.records.append(f"{record.name}: {record.getMessage()[:200]}")
+
+
+def _unexpected_probe(adapter: Any) -> Callable[[], int] | None:
+    """The count of messages the adapter dropped on an exception other than InputError (`AdapterStats.unexpected`)."""
+    unexpected = getattr(getattr(adapter, "stats", None), "unexpected", None)
+    return (lambda: sum(unexpected.values())) if isinstance(unexpected, Counter) else None
+
+
 def run_fuzz(
     cfg: FuzzConfig,
     params: NavParams | None = None,
@@ -903,8 +964,6 @@ def run_fuzz(
     time_limit_s: float | None = None,
 ) -> FuzzReport:
     """Drive a `NavAdapter` with the scenario (module docstring) and check every callback and tick."""
-    from tqdm import tqdm
-
     from mnemo_mpc.ros.adapter import NavAdapter
 
     params = params or NavParams()
@@ -918,6 +977,38 @@ def run_fuzz(
         report.warm_up_s = time.perf_counter() - t0
     rejections = _rejection_probe(adapter)
     report.rejection_checks = rejections is not None
+    unexpected = _unexpected_probe(adapter)
+    errors = _ErrorLog()
+    package_log = logging.getLogger("mnemo_mpc")
+    package_log.addHandler(errors)
+    try:
+        _drive(cfg, params, scenario, adapter, report, monitor, rejections, unexpected, errors, progress, time_limit_s)
+    finally:
+        package_log.removeHandler(errors)
+    report.episodes = scenario.episodes
+    report.own_path_episodes = scenario.own_path_episodes
+    report.goals_reached = scenario.goals_reached
+    report.collisions = scenario.collisions
+    report.clock_resets = scenario.clock_resets
+    return report
+
+
+def _drive(
+    cfg: FuzzConfig,
+    params: NavParams,
+    scenario: Scenario,
+    adapter: Any,
+    report: FuzzReport,
+    monitor: Monitor,
+    rejections: Callable[[], Any] | None,
+    unexpected: Callable[[], int] | None,
+    errors: _ErrorLog,
+    progress: bool,
+    time_limit_s: float | None,
+) -> None:
+    """The run loop of `run_fuzz`: deliver each period's messages, tick, check (module docstring)."""
+    from tqdm import tqdm
+
     callbacks = {
         "grid": adapter.on_grid,
         "odometry": adapter.on_odometry,
@@ -938,6 +1029,8 @@ def run_fuzz(
             report.variants[d.variant.split(":")[0]] += 1
             report.labels[d.label] += 1
             before = rejections() if rejections else None
+            swallowed_before = unexpected() if unexpected else 0
+            logged_before = len(errors.records)
             t0 = time.perf_counter()
             raised = False
             try:
@@ -946,6 +1039,11 @@ def run_fuzz(
                 raised = True
                 monitor.violation(f"exception_in_callback[{d.topic}]", k, d.recv_s, _site(exc), [d])
             ms = (time.perf_counter() - t0) * 1e3
+            if unexpected and unexpected() != swallowed_before:
+                why = getattr(adapter, "last_rejection", "")
+                monitor.violation(f"swallowed_exception_in_callback[{d.topic}]", k, d.recv_s, why, [d])
+            for line in errors.records[logged_before:]:
+                monitor.violation(f"logged_error_in_callback[{d.topic}]", k, d.recv_s, line, [d])
             report.callback_ms[d.topic].append(ms)
             period_ms += ms
             if rejections and not raised:
@@ -959,6 +1057,7 @@ def run_fuzz(
                     why = f"rejected: {adapter.last_rejection}"
                     monitor.violation("rejected_clean_message", k, d.recv_s, why, [d], last_accepted=(d.topic,))
         now = scenario.now
+        logged_before = len(errors.records)
         t0 = time.perf_counter()
         command, status, res = None, "exception", None
         try:
@@ -966,8 +1065,19 @@ def run_fuzz(
         except Exception as exc:  # noqa: BLE001 - any exception out of a tick is the finding
             monitor.violation("exception_in_tick", k, now, _site(exc))
         ms = (time.perf_counter() - t0) * 1e3
+        if ms > cfg.max_tick_s * 1e3:
+            monitor.violation("tick_over_budget", k, now, f"tick took {ms:.0f} ms (max_tick_s {cfg.max_tick_s:g})")
         if res is not None:
             command, status = res.command, str(res.status)
+            if status == "error":  # the adapter caught an exception from the controller: a bug, stopped safely
+                monitor.violation("error_tick", k, now, str(getattr(res, "reason", ""))[:300])
+            elif errors.records[logged_before:]:
+                for line in errors.records[logged_before:]:
+                    monitor.violation("logged_error_in_tick", k, now, line)
+            goal = getattr(adapter, "goal", None)
+            if getattr(res, "output", None) is not None and goal is not None:
+                report.own_path_ticks += getattr(adapter, "global_path", 0) is None
+                report.far_goal_ticks += float(np.hypot(*(goal[:2] - scenario.state.pose[:2]))) > 100.0
             out = getattr(res, "output", None)
             if out is not None:
                 report.controller_ms.append(out.time_s * 1e3)
@@ -980,8 +1090,3 @@ def run_fuzz(
         bar.update(len(monitor.period))
     bar.close()
     report.wall_s = time.perf_counter() - t_wall
-    report.episodes = scenario.episodes
-    report.goals_reached = scenario.goals_reached
-    report.collisions = scenario.collisions
-    report.clock_resets = scenario.clock_resets
-    return report

@@ -6,6 +6,13 @@ log line names the provider in use and why the faster ones were not. The model's
 planner it serves (horizon, step, robot limits and footprint): a model trained for another robot or horizon would
 give starts for another problem, so that is an error naming the field, as are a wrong input shape or dtype and a
 file that is not a readable ONNX model.
+
+Model files come from users and are read like maps (issue 26): a regular file (a FIFO or device is refused before it
+is opened) of at most `max_model_bytes()` through `safe_io.read_regular_file`; every metadata value type- and
+range-checked (`InputSpec` fields bounded by what a tick can afford); the graph's inputs and output (names, element
+types, shapes) checked against that metadata; and one probe inference at load whose output must be finite and of the
+declared shape. Every failure is an `InputError` naming the file and what was expected, so `--model BAD` is one
+line and exit status 2, never a model that fails every control step.
 """
 
 from __future__ import annotations
@@ -23,8 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from mnemo_mpc.errors import InputError
+from mnemo_mpc.errors import InputError, is_real
 from mnemo_mpc.planning.robot import RobotModel
+from mnemo_mpc.safe_io import first_line, parse_json, read_regular_file, show
 from mnemo_mpc.warmstart.export import FORMAT, INPUTS, OUTPUT
 from mnemo_mpc.warmstart.inputs import InputSpec, grid_input, vector_input
 
@@ -32,6 +40,29 @@ log = logging.getLogger(__name__)
 
 PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
 ROBOT_FIELDS = ("radius", "safety_margin", "v_min", "v_max", "w_max", "a_max", "alpha_max")
+# The shipped model is ~1 MB; a ViT of 100x its parameters still fits. Larger is a wrong file (a 3 GiB file took 49 s
+# and ~3 GB to refuse before the cap). MNEMO_MPC_MAX_MODEL_BYTES raises it.
+MAX_MODEL_BYTES = 256 << 20
+# Input spec bounds: the crop is built every control step (2 x S x S floats from the distance field) and a horizon
+# is an NLP of 2N variables; beyond these a tick's time and memory budget is gone (S = 256: 0.5 MB per crop and
+# 65,536 distance look-ups, ~10x the shipped 40; N = 500: 17x the default horizon).
+MAX_CROP_CELLS = 256
+MAX_HORIZON = 500
+ONNX_FLOAT = 1  # onnx.TensorProto.FLOAT
+
+
+def max_model_bytes() -> int:
+    """The model-file size cap: $MNEMO_MPC_MAX_MODEL_BYTES, else MAX_MODEL_BYTES."""
+    text = os.environ.get("MNEMO_MPC_MAX_MODEL_BYTES")
+    if text is None:
+        return MAX_MODEL_BYTES
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InputError(f"MNEMO_MPC_MAX_MODEL_BYTES: expected a positive integer, got {text!r}")
+    return value
 
 
 @dataclass
@@ -44,15 +75,102 @@ class ModelInfo:
     version: str
 
 
+def _input_spec(path: Path, value: Any) -> InputSpec:
+    """`InputSpec` from the metadata's JSON object, every field of the right type and within the bounds above."""
+    key = "mnemo_mpc.inputs"
+    names = {f.name: f for f in fields(InputSpec)}
+    if not isinstance(value, dict) or not set(value) <= set(names):
+        extra = sorted(set(value) - set(names)) if isinstance(value, dict) else type(value).__name__
+        raise InputError(f"{path}: metadata field {key} must be an object with keys from {sorted(names)}, got {extra}")
+    for name, v in value.items():
+        if name in ("size", "N"):
+            high = MAX_CROP_CELLS if name == "size" else MAX_HORIZON
+            low = 2 if name == "size" else 1
+            if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
+                raise InputError(
+                    f"{path}: metadata field {key}.{name}: expected an integer in [{low}, {high}], got {show(v)}"
+                )
+        elif name == "behind_m":
+            if not (is_real(v) and abs(v) <= 1e3):
+                raise InputError(
+                    f"{path}: metadata field {key}.{name}: expected a finite number of metres, got {show(v)}"
+                )
+        elif not (is_real(v) and 0 < v <= 1e3):
+            raise InputError(
+                f"{path}: metadata field {key}.{name}: expected a finite number in (0, 1000], got {show(v)}"
+            )
+    try:
+        return InputSpec(**value)
+    except InputError as exc:
+        raise InputError(f"{path}: metadata field {key}: {exc}") from exc
+
+
+def _robot(path: Path, value: Any) -> dict[str, Any]:
+    """The metadata's robot: every limit a finite number, the footprint (when present) a list of [x, y] pairs."""
+    key = "mnemo_mpc.robot"
+    if not isinstance(value, dict) or any(k not in value for k in ROBOT_FIELDS):
+        raise InputError(f"{path}: metadata field {key} must hold {list(ROBOT_FIELDS)}")
+    for name in ROBOT_FIELDS:
+        if not is_real(value[name]):
+            raise InputError(f"{path}: metadata field {key}.{name}: expected a finite number, got {show(value[name])}")
+    fp = value.get("footprint")
+    if fp is not None and not (
+        isinstance(fp, list)
+        and len(fp) <= 1000
+        and all(isinstance(p, list) and len(p) == 2 and all(is_real(c) for c in p) for p in fp)
+    ):
+        raise InputError(f"{path}: metadata field {key}.footprint: expected a list of [x, y] numbers, got {show(fp)}")
+    return value
+
+
+def _dims(value_info: Any) -> list[int | str | None]:
+    """A graph input's / output's shape: ints, symbolic names (a dynamic axis) or None (unknown)."""
+    shape = value_info.type.tensor_type.shape
+    out: list[int | str | None] = []
+    for d in shape.dim:
+        kind = d.WhichOneof("value")
+        out.append(d.dim_value if kind == "dim_value" else d.dim_param if kind == "dim_param" else None)
+    return out
+
+
+def check_graph(path: Path, proto: Any, spec: InputSpec) -> None:
+    """The graph's inputs and output agree with the metadata: names, float32, and shapes (B, 2, S, S), (B, 2N + 7)
+    -> (B, N, 2). An axis may be dynamic (a name, or unknown: exporters leave derived sizes so); a fixed one must be
+    the metadata's. A crop or horizon the metadata does not describe would feed the model inputs it was not built
+    for, or give starts for another horizon; what a dynamic axis really is, the probe inference at load shows."""
+    names_in = [i.name for i in proto.graph.input]
+    names_out = [o.name for o in proto.graph.output]
+    if names_in != list(INPUTS) or names_out != [OUTPUT]:
+        raise InputError(f"{path}: graph inputs {names_in} / outputs {names_out}, expected {list(INPUTS)} / [{OUTPUT}]")
+    expected = {
+        "grid": [2, spec.size, spec.size],
+        "vector": [spec.vector_size],
+        OUTPUT: [spec.N, 2],
+    }
+    for info in [*proto.graph.input, *proto.graph.output]:
+        if not info.type.HasField("tensor_type") or info.type.tensor_type.elem_type != ONNX_FLOAT:
+            raise InputError(f"{path}: graph {info.name!r} must be a float32 tensor")
+        dims, want = _dims(info), expected[info.name]
+        fixed_ok = len(dims) == len(want) + 1 and all(
+            isinstance(d, str) or d is None or d == w for d, w in zip(dims, [None, *want], strict=True)
+        )
+        batch_ok = bool(dims) and (dims[0] in (1, None) or isinstance(dims[0], str))
+        if not (fixed_ok and batch_ok):
+            shown = ["?" if isinstance(d, str) or d is None else d for d in dims]
+            raise InputError(
+                f"{path}: graph {info.name!r} has shape {shown}, expected [B, {', '.join(map(str, want))}] from "
+                f"metadata mnemo_mpc.inputs (size={spec.size}, N={spec.N})"
+            )
+
+
 def read_metadata(path: str | os.PathLike[str]) -> tuple[bytes, ModelInfo]:
-    """The model file's bytes and its parsed metadata; InputError naming the file and field when unusable."""
+    """The model file's bytes and its parsed metadata, the graph's signature checked against it (`check_graph`);
+    InputError naming the file and field when unusable."""
     import onnx
 
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read the warm-start model ({exc})") from exc
+    cap = max_model_bytes()
+    data = read_regular_file(path, cap, "the warm-start model", hint=" (MNEMO_MPC_MAX_MODEL_BYTES raises it)")
     try:
         proto = onnx.load_from_string(data)
         onnx.checker.check_model(proto)
@@ -61,35 +179,25 @@ def read_metadata(path: str | os.PathLike[str]) -> tuple[bytes, ModelInfo]:
     meta = {p.key: p.value for p in proto.metadata_props}
     if meta.get("mnemo_mpc.format") != FORMAT:
         raise InputError(
-            f"{path}: metadata field mnemo_mpc.format is {meta.get('mnemo_mpc.format')!r}, expected {FORMAT!r}"
+            f"{path}: metadata field mnemo_mpc.format is {show(meta.get('mnemo_mpc.format'))}, expected {FORMAT!r}"
         )
 
     def field_json(key: str) -> Any:
-        try:
-            return json.loads(meta[key])
-        except KeyError as exc:
-            raise InputError(f"{path}: metadata field {key} is missing") from exc
-        except ValueError as exc:
-            raise InputError(f"{path}: metadata field {key} is not valid JSON ({exc})") from exc
+        if key not in meta:
+            raise InputError(f"{path}: metadata field {key} is missing")
+        raw = meta[key]  # protobuf hands a string that is not valid UTF-8 back as bytes
+        return parse_json(raw if isinstance(raw, bytes) else raw.encode("utf-8"), path, f"metadata field {key}")
 
-    try:
-        spec = InputSpec(**field_json("mnemo_mpc.inputs"))
-    except TypeError as exc:
-        raise InputError(f"{path}: metadata field mnemo_mpc.inputs does not describe an input spec ({exc})") from exc
-    robot = field_json("mnemo_mpc.robot")
-    if not isinstance(robot, dict) or any(k not in robot for k in ROBOT_FIELDS):
-        raise InputError(f"{path}: metadata field mnemo_mpc.robot must hold {list(ROBOT_FIELDS)}")
-    names_in = [i.name for i in proto.graph.input]
-    names_out = [o.name for o in proto.graph.output]
-    if names_in != list(INPUTS) or names_out != [OUTPUT]:
-        raise InputError(f"{path}: graph inputs {names_in} / outputs {names_out}, expected {list(INPUTS)} / [{OUTPUT}]")
+    spec = _input_spec(path, field_json("mnemo_mpc.inputs"))
+    robot = _robot(path, field_json("mnemo_mpc.robot"))
+    check_graph(path, proto, spec)
     info = ModelInfo(
         str(path),
         spec,
         robot,
-        meta.get("mnemo_mpc.feature_map", "?"),
+        str(meta.get("mnemo_mpc.feature_map", "?"))[:100],
         field_json("mnemo_mpc.training"),
-        meta.get("mnemo_mpc.version", "?"),
+        str(meta.get("mnemo_mpc.version", "?"))[:100],
     )
     return data, info
 
@@ -202,11 +310,37 @@ class WarmStartModel:
         data, self.info = read_metadata(path)
         check_compatible(self.info, robot, n, dt)
         self.robot, self.spec = robot, self.info.inputs
-        self.session, self.provider, skipped = _session(data, tuple(providers), threads)
-        why = "; ".join(f"{p.replace('ExecutionProvider', '')}: {r}" for p, r in skipped.items())
-        log.info("warm-start model %s on %s%s", Path(path).name, self.provider, f" ({why})" if why else "")
+        try:
+            self.session, self.provider, skipped = _session(data, tuple(providers), threads)
+        except InputError as exc:  # a graph that passed the checker but that onnxruntime cannot build
+            raise InputError(f"{self.info.path}: {exc}") from exc
         self.last_inference_s = 0.0
         self.last_features_s = 0.0
+        self._probe()
+        why = "; ".join(f"{p.replace('ExecutionProvider', '')}: {r}" for p, r in skipped.items())
+        log.info("warm-start model %s on %s%s", Path(path).name, self.provider, f" ({why})" if why else "")
+
+    def _probe(self) -> None:
+        """One inference at load on a batch of two typical inputs (free space ahead, the robot at rest, the
+        sub-goal straight ahead): the output must be float32 (2, N, 2) and finite. A graph that computes NaN, or
+        another shape than it declares, is refused here instead of failing every control step."""
+        s = self.spec
+        grid = np.ones((2, 2, s.size, s.size), np.float32)
+        vector = np.zeros((2, s.vector_size), np.float32)
+        vector[:, 2] = 1.0  # the sub-goal scale_m ahead
+        vector[:, 4] = 1.0  # cos of the heading difference
+        try:
+            out = self.session.run([OUTPUT], {"grid": grid, "vector": vector})[0]
+        except Exception as exc:  # onnxruntime raises its own exception types for a graph that cannot run
+            raise InputError(
+                f"{self.info.path}: the probe inference failed ({type(exc).__name__}: {first_line(exc)})"
+            ) from exc
+        want = (2, s.N, 2)
+        if not isinstance(out, np.ndarray) or out.shape != want or out.dtype != np.float32:
+            got = (getattr(out, "shape", None), getattr(out, "dtype", type(out).__name__))
+            raise InputError(f"{self.info.path}: the probe inference gave {got}, expected float32 {want}")
+        if not np.all(np.isfinite(out)):
+            raise InputError(f"{self.info.path}: the probe inference gave non-finite controls (NaN or inf)")
 
     def predict(self, grid: np.ndarray, vector: np.ndarray) -> np.ndarray:
         """Controls (B, N, 2) for a batch of inputs (float32 grid (B, 2, S, S), vector (B, 2N + 7))."""
@@ -272,8 +406,12 @@ def find_model(robot: RobotModel, n: int, dt: float) -> Path | None:
         for path in sorted(d.glob("*.onnx")):
             try:
                 _, info = read_metadata(path)
+            except InputError as exc:  # a damaged or foreign file: skipped, said once, never fatal
+                log.warning("skipping %s: %s", path, exc)
+                continue
+            try:
                 check_compatible(info, robot, n, dt)
-            except InputError as exc:
+            except InputError as exc:  # a good model for another robot or horizon: the normal case, not news
                 log.debug("model %s does not fit: %s", path, exc)
                 continue
             return path
