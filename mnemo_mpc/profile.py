@@ -368,6 +368,8 @@ class NavParams:
             "qpsol": self.qpsol,
             "max_iter": self.max_iter,
             "start_tolerance_m": 0.5 * self.grid_resolution,  # a lidar-built costmap (MPCConfig.start_tolerance_m)
+            # A lidar with a blind sector behind: plans forward only; reversing is the recoveries' (MPCConfig)
+            "plan_v_min": 0.0 if self.sensor_fov_deg < 360.0 else None,
         }
         if not real_time:
             return MPCConfig(**common)

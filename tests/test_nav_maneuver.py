@@ -158,3 +158,18 @@ def _drive_from_wedged(order: tuple[str, ...]) -> bool:
             # centre inside it.
             assert np.min(profile.robot.shape.world_signed_distance(pose, occupied)) > 0.0, f"collision at {pose}"
     return False
+
+
+def test_a_robot_blind_behind_plans_forward_only_and_reverses_in_recoveries_alone(setup):
+    """The Jackal may reverse (its recoveries back up) but its 270-degree lidar does not see behind it: its MPC plans
+    forward only (a goal behind it is turned to, not reversed to -- reversing into the blind sector hit a wall,
+    dense-1083 mapless), while its commands may go down to v_min."""
+    profile, grid, field, _mpc = setup
+    assert profile.robot.v_min < 0 and profile.mpc.plan_v_min == 0.0
+    mpc = profile.controller().mpc(grid.shape)
+    plan = mpc.solve(field, np.array([1.3, 1.75, 0.0]), np.zeros(2), np.array([0.9, 1.75, 0.0]))
+    assert np.all(plan.controls[:, 0] >= -1e-6)
+    full_circle = dataclasses.replace(NavParams.from_yaml("config/robots/jackal.yaml"), sensor_fov_deg=360.0)
+    assert build(full_circle).mpc.plan_v_min is None
+    command, _flags = profile.controller().check_command(np.array([-0.3, 0.0]), np.array([-0.3, 0.0]))
+    assert command[0] == pytest.approx(-0.3)

@@ -94,6 +94,10 @@ class MPCConfig:
     # Wall-clock cap of one fallback solve (IPOPT's max_wall_time); None: only the iteration cap. A control loop sets
     # it from its period so that a hard problem cannot overrun the tick.
     fallback_max_time_s: float | None = None
+    # The plans' least speed when it is above the robot's v_min: a robot that may reverse (its recoveries back up over
+    # cells it has seen) but whose sensor does not see behind it plans forward only (`NavParams.mpc_config`: 0 for a
+    # lidar of less than 360 degrees). None: the robot's v_min.
+    plan_v_min: float | None = None
     # Cost weights (see the module docstring).
     w_track: float = 0.1
     w_goal: float = 1.0
@@ -149,6 +153,8 @@ class MPCConfig:
             value = getattr(self, name)
             if not (is_real(value) and value >= 0):
                 raise InputError(f"MPCConfig.{name}: expected metres >= 0, got {value!r}")
+        if self.plan_v_min is not None and not is_real(self.plan_v_min):
+            raise InputError(f"MPCConfig.plan_v_min: expected a finite speed [m/s] or None, got {self.plan_v_min!r}")
         for name in ("max_time_s", "fallback_max_time_s"):
             value = getattr(self, name)
             if value is not None and not (is_real(value) and value > 0):
@@ -290,7 +296,10 @@ class SQPMPC:
         self.build_info = BuildInfo(False, reason="not requested")
         t0 = time.perf_counter()
         amax = robot.accel_limits * dt
-        lbu, ubu = np.tile(robot.control_lower, n), np.tile(robot.control_upper, n)
+        self._u_lower, self._u_upper = robot.control_lower.copy(), robot.control_upper.copy()
+        if config.plan_v_min is not None:
+            self._u_lower[0] = min(max(self._u_lower[0], config.plan_v_min), self._u_upper[0])
+        lbu, ubu = np.tile(self._u_lower, n), np.tile(self._u_upper, n)
         self.discs = robot_discs(robot)
         k = self.discs.shape[0]
         form = nlp_forms.condensed if config.method == "sqp" else nlp_forms.multiple_shooting
@@ -338,12 +347,12 @@ class SQPMPC:
         reference: np.ndarray | None = None,
     ) -> np.ndarray:
         """The NLP parameter vector p of a problem (see `nlp.ParamLayout`); inputs as `solve` takes them."""
-        robot, n = self.robot, self.config.N
+        n = self.config.N
         ref = np.tile(goal[:2], (n, 1)) if reference is None else np.asarray(reference, dtype=float)[1:, :2]
         dist_goal = float(np.hypot(*(goal[:2] - state[:2])))
         head = self.layout.head(
             state,
-            np.clip(velocity, robot.control_lower, robot.control_upper),
+            np.clip(velocity, self._u_lower, self._u_upper),
             goal,
             1.0 if dist_goal <= self._heading_radius else 0.0,
             ref,
