@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from mnemo_mpc.nav import recovery
-from mnemo_mpc.nav.maneuver import HEADINGS, MOVES, Maneuver, _pose_margins, plan_maneuver
+from mnemo_mpc.nav.maneuver import HEADINGS, MOVES, Maneuver, plan_maneuver
+from mnemo_mpc.nav.recovery import pose_margins as _pose_margins
 from mnemo_mpc.planning.esdf import DistanceField
 from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.profile import NavParams, build

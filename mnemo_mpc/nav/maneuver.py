@@ -56,12 +56,6 @@ class ManeuverConfig:
     position_tolerance_m: float = 0.02  # a straight segment is over within this of its end
 
 
-def _pose_margins(mpc: SQPMPC, field_: DistanceField, poses: np.ndarray) -> np.ndarray:
-    """Per pose (..., 3): min over the covering discs of esdf(disc centre) - disc radius."""
-    centres = mpc._disc_centres(poses)  # (..., K, 2)
-    return np.min(np.asarray(field_.distance(centres)) - mpc.discs[:, 2], axis=-1)
-
-
 def plan_maneuver(
     mpc: SQPMPC,
     field_: DistanceField,
@@ -116,7 +110,7 @@ def plan_maneuver(
     # A turn between neighbouring headings (up to 26.6 degrees) sweeps the corners through the headings between:
     # checked at its quarters, so that a corner 0.33 m out misses no more than ~2 cm between checks -- what the
     # executor's finer check (every 0.05 rad, `Maneuver.floor`: the margin less 2 cm) allows.
-    gap = np.angle(np.exp(1j * (np.roll(HEADINGS, -1) - HEADINGS)))
+    gap = recovery.wrap_angle(np.roll(HEADINGS, -1) - HEADINGS)
     turn_ok = valid & np.roll(valid, -1, axis=0)  # (nh, ...): the turn between h and h + 1
     for f in (0.25, 0.5, 0.75):
         turn_ok &= free(xs[None], ys[None], (headings + f * gap)[:, None, None], where=turn_ok)
@@ -141,7 +135,7 @@ def plan_maneuver(
     turn_speed = min(cfg.turn_speed, robot.w_max)
     for h in range(nh):
         g = (h + 1) % nh
-        delta = abs(float(np.angle(np.exp(1j * (HEADINGS[g] - HEADINGS[h])))))
+        delta = abs(float(recovery.wrap_angle(HEADINGS[g] - HEADINGS[h])))
         ok = valid[h] & valid[g] & turn_ok[h]
         for a, b in ((h, g), (g, h)):
             src.append(ids[a][ok])
@@ -163,7 +157,7 @@ def plan_maneuver(
     # or a wiggle onto the path's exact cell).
     j = np.rint(((px - origin[0]) * cphi + (py - origin[1]) * sphi) / res).astype(int) + half
     i = np.rint((-(px - origin[0]) * sphi + (py - origin[1]) * cphi) / res).astype(int) + half
-    h = np.argmin(np.abs(np.angle(np.exp(1j * (headings[None, :] - tangent[:, None])))), axis=1)
+    h = np.argmin(np.abs(recovery.wrap_angle(headings[None, :] - tangent[:, None])), axis=1)
     cand, gain = [], []
     for off in (0, -1, 1):
         io = i + off
@@ -226,7 +220,7 @@ class _FreeCheck:
             band &= where
         if np.any(band):
             poses = np.stack([x[band], y[band], yaw[band]], axis=-1)
-            out[band] = _pose_margins(self.mpc, self.field, poses) >= m
+            out[band] = recovery.pose_margins(self.mpc, self.field, poses) >= m
         return out
 
 
@@ -250,7 +244,7 @@ def _joins(
     state is the lattice cell nearest `point`, the lattice's cell (half, half) at `origin`). Checked every 2.5 cm /
     0.05 rad with the lesser of `margin` and the margin the robot has now (less 5 mm)."""
     free = _FreeCheck(mpc, field_, margin)
-    now = float(_pose_margins(mpc, field_, np.asarray(pose, dtype=float)))
+    now = float(recovery.pose_margins(mpc, field_, np.asarray(pose, dtype=float)))
     relaxed = max(min(margin, now - 0.005), 0.0)
     yaw0 = float(pose[2])
     u = np.array([math.cos(yaw0), math.sin(yaw0)])
@@ -266,7 +260,7 @@ def _joins(
         last = int(np.argmin(ok)) if not ok.all() else len(ok)  # straight runs stop at the first blocked sample
         for k in range(0, last, 2):  # every cell's length
             q = pts[k]
-            sweep = np.angle(np.exp(1j * (headings - yaw0)))  # the shorter turn onto each heading
+            sweep = recovery.wrap_angle(headings - yaw0)  # the shorter turn onto each heading
             steps = np.maximum(np.ceil(np.abs(sweep) / 0.05).astype(int), 1)
             fr = np.linspace(0.0, 1.0, int(steps.max()) + 1)
             yaws = yaw0 + sweep[:, None] * fr[None, :]
@@ -390,11 +384,11 @@ class Maneuver:
         """The least footprint clearance a plan at `margin` from `pose` is driven with: `margin` less 2 cm (the robot
         drives the plan within a few centimetres of its lattice states), or for a robot already closer than the plan
         lets it join at (`plan_maneuver`), 1 cm less than that; never below 0."""
-        now = float(_pose_margins(mpc, field_, np.asarray(pose, dtype=float)))
+        now = float(recovery.pose_margins(mpc, field_, np.asarray(pose, dtype=float)))
         return max(min(margin - 0.02, now - 0.015), 0.0)
 
     def _free(self, mpc: SQPMPC, field_: DistanceField, pose: np.ndarray, poses: np.ndarray) -> bool:
-        return bool(np.min(_pose_margins(mpc, field_, poses)) >= self.floor)
+        return bool(np.min(recovery.pose_margins(mpc, field_, poses)) >= self.floor)
 
     def _over(self, reason: str) -> None:
         self.reason = reason

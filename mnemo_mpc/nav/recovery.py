@@ -15,6 +15,7 @@ covering discs (`SQPMPC._disc_centres`), as the MPC's own clearance constraint s
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -48,10 +49,15 @@ class ProgressChecker:
         return False, now_s - self.since_s >= self.timeout_s - 1e-9
 
 
+def pose_margins(mpc: SQPMPC, field_: DistanceField, poses: np.ndarray) -> np.ndarray:
+    """Per pose (..., 3): min over the covering discs of esdf(disc centre) - disc radius."""
+    centres = mpc._disc_centres(np.asarray(poses, dtype=float))  # (..., K, 2)
+    return np.min(np.asarray(field_.distance(centres)) - mpc.discs[:, 2], axis=-1)
+
+
 def footprint_margin(mpc: SQPMPC, field_: DistanceField, poses: np.ndarray) -> float:
     """min over `poses` (M, 3) and the covering discs of esdf(disc centre) - disc radius."""
-    centres = mpc._disc_centres(np.asarray(poses, dtype=float).reshape(-1, 3))  # (M, K, 2)
-    return float(np.min(np.asarray(field_.distance(centres)) - mpc.discs[:, 2]))
+    return float(np.min(pose_margins(mpc, field_, np.asarray(poses, dtype=float).reshape(-1, 3))))
 
 
 def required_margin(mpc: SQPMPC, field_: DistanceField, pose: np.ndarray, margin: float | None = None) -> float:
@@ -134,6 +140,6 @@ def _reverse_free(mpc: SQPMPC, field_: DistanceField, pose: np.ndarray, distance
     return footprint_margin(mpc, field_, poses) >= required_margin(mpc, field_, pose)
 
 
-def wrap_angle(angle: float) -> float:
-    """`angle` wrapped to [-pi, pi)."""
+def wrap_angle(angle: Any) -> Any:
+    """`angle` (a number or an array) wrapped to [-pi, pi)."""
     return (angle + math.pi) % (2.0 * math.pi) - math.pi
