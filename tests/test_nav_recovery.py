@@ -280,3 +280,24 @@ def test_own_path_in_the_worker_never_blocks_the_step_and_is_adopted_when_done()
     assert own.pending and own.needs_replan(grid, 0.0, 5.0) is None  # one plan at a time
     own.clear_path()  # the running plan was asked for the old situation: dropped
     assert not own.pending and own.path is None and not own.poll()
+
+
+def _own_path_in_a_daemon(queue) -> None:
+    from mnemo_mpc.nav.own_path import OwnPath
+
+    own = OwnPath(RobotModel(), "free", replan_period_s=1.0, max_size_m=40.0, background=True)
+    queue.put(own.background)
+
+
+def test_own_path_in_a_daemonic_process_plans_on_the_step():
+    """A multiprocessing.Pool worker (daemonic) may not start the planning worker: the controller plans on the step
+    instead of failing to build (a user's pool of evaluations)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_own_path_in_a_daemon, args=(queue,), daemon=True)
+    proc.start()
+    proc.join(timeout=60.0)
+    assert proc.exitcode == 0  # built: no AssertionError escaped
+    assert queue.get(timeout=5.0) is False  # and plans on the step

@@ -157,6 +157,9 @@ def _clip_segment(a: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray) 
 
 
 _EXECUTOR: ProcessPoolExecutor | None = None
+# Why a worker may not start: a broken pool, no processes left (OSError), a timeout, or -- AssertionError, which is how
+# multiprocessing refuses -- a daemonic process (a multiprocessing.Pool worker) may not have children.
+_NO_WORKER = (BrokenProcessPool, OSError, RuntimeError, TimeoutError, AssertionError)
 
 
 def _executor() -> ProcessPoolExecutor:
@@ -207,8 +210,8 @@ class OwnPath:
         if self.background:
             try:
                 _executor()
-            except (BrokenProcessPool, OSError, RuntimeError, TimeoutError) as exc:
-                log.warning("own path: no planning worker (%s); planning on the control step", exc)
+            except _NO_WORKER as exc:
+                log.warning("own path: no planning worker (%s); planning on the control step", exc or type(exc).__name__)
                 self.background = False
 
     def reset(self) -> None:
