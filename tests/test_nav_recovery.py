@@ -195,6 +195,48 @@ def test_boxed_in_robot_runs_the_recoveries_then_fails(v_min, caplog):
     assert out.status != "failed"
 
 
+@pytest.mark.parametrize("stall_s, within_s", [(1.0, 5.0), (20.0, None)])
+def test_a_robot_standing_still_recovers_before_the_progress_checker(stall_s, within_s, caplog):
+    """Boxed in, the robot drives to the front wall and stands there: with `stall_recovery_s` = 1 s the recoveries
+    start within seconds, not after the progress checker's 10 s."""
+    grid, start, goal = boxed_in()
+    cfg = ControllerConfig(progress_timeout_s=10.0, stall_recovery_s=stall_s, recovery_time_allowance_s=3)
+    controller = Controller(RobotModel(), MPCConfig(), cfg)
+    steps = int(round(5.0 / controller.mpc_config.dt))
+    with caplog.at_level(logging.WARNING, logger="mnemo_mpc.nav.controller"):
+        _, trace, _ = drive(controller, grid, start, goal, steps)
+    first = next((i for i, (status, _, _) in enumerate(trace) if status.startswith("recovery_")), None)
+    if within_s is None:
+        assert first is None
+    else:
+        assert first is not None and first * controller.mpc_config.dt <= within_s
+        assert "standing still for 1.0 s: recovery 1/6" in caplog.text
+
+
+def test_a_far_goal_moved_by_localiser_corrections_is_the_same_goal():
+    """A map-frame goal re-expressed in odom after each localiser correction turns about the robot by the heading
+    correction: 10 m away, 0.03 rad moves it 0.3 m, beyond the goal tolerance. It is still the same goal: the
+    progress checker keeps its clock and the boxed-in robot's recoveries start (they never did while each correction
+    restarted them, the Jackal profile's dense worlds)."""
+    grid, start, _ = boxed_in()
+    cfg = ControllerConfig(progress_timeout_s=1.0, max_recoveries=3, spin_dist_rad=1.0, recovery_time_allowance_s=3)
+    controller = Controller(RobotModel(), MPCConfig(), cfg)
+    pose = np.asarray(start, float)
+    statuses = []
+    for k in range(100):
+        turn = 0.03 * (-1) ** (k // 10)  # a correction every 10 steps (0.5 s), alternating in sign
+        goal = pose + np.array([10.0 * np.cos(turn), 10.0 * np.sin(turn), turn])
+        statuses.append(controller.step(grid.window(pose[:2], WINDOW), pose, np.zeros(2), goal).status)
+    assert any(s.startswith("recovery_") for s in statuses)
+    assert controller._checker.baseline is not None
+    # a goal moved farther than the corrections do is a new goal
+    from mnemo_mpc.nav.controller import same_goal
+
+    assert same_goal(np.array([10.3, 0.0, 0.0]), np.array([10.0, 0.0, 0.0]), 0.2, 10.0)
+    assert not same_goal(np.array([11.5, 0.0, 0.0]), np.array([10.0, 0.0, 0.0]), 0.2, 10.0)
+    assert not same_goal(np.array([0.5, 0.0, 0.0]), np.array([0.2, 0.0, 0.0]), 0.2, 0.4)
+
+
 # --- the previous-plan fallback checks the footprint ------------------------------------------------------------------
 
 
@@ -257,11 +299,34 @@ def test_own_path_down_a_passage_the_planner_allowed_is_not_blocked():
     grid = OccupancyGrid(data, RES)
     own = OwnPath(robot, "free", replan_period_s=10.0, max_size_m=40.0)
     own.seen.update(grid)
-    assert own.plan(np.array([0.5, 1.0, 0.0]), np.array([5.5, 1.0, 0.0]), 0.3, 0.0) is not None
+    assert own.plan(np.array([0.5, 1.0, 0.0]), np.array([5.5, 1.0, 0.0]), 0.3, 0.0) and own.path is not None
     assert robot.radius > 0.3
     assert own.needs_replan(grid, 0.0, 1.0) is None
     data[:, 60:62] = 100
     assert own.needs_replan(OccupancyGrid(data, RES), 0.0, 1.0) == "blocked"
+
+
+def test_a_clear_own_path_is_kept_unless_a_re_plan_is_clearly_shorter():
+    """Periodic re-plans keep a path that is still clear unless the new one is SWITCH_GAIN shorter than its rest; a
+    blocked path is replaced whatever the new one's length."""
+    from mnemo_mpc.nav.own_path import SWITCH_GAIN, OwnPath, remaining_length
+
+    grid = OccupancyGrid(walled((60, 120)), RES)  # 6 m x 3 m, empty
+    start, goal = np.array([0.5, 1.5, 0.0]), np.array([5.5, 1.5, 0.0])
+
+    def detour(height: float) -> np.ndarray:  # start -> (3, 1.5 + height) -> goal
+        return np.array([[0.5, 1.5], [3.0, 1.5 + height], [5.5, 1.5]])
+
+    own = OwnPath(RobotModel(), "free", replan_period_s=1.0, max_size_m=40.0)
+    own.seen.update(grid)
+    for height, reason, replaced in ((0.5, "period", False), (1.5, "period", True), (0.5, "blocked", True)):
+        own.path = kept = detour(height)
+        gain = 1.0 - 5.0 / remaining_length(kept, start)  # what the straight path saves
+        assert (gain > SWITCH_GAIN) == (height > 1.0)
+        assert own.plan(start, goal, 0.3, 0.0, reason) is replaced
+        assert (own.path is kept) is not replaced
+        if replaced:
+            assert remaining_length(own.path, start) < 5.2
 
 
 def test_own_path_in_the_worker_never_blocks_the_step_and_is_adopted_when_done():
@@ -276,8 +341,14 @@ def test_own_path_in_the_worker_never_blocks_the_step_and_is_adopted_when_done()
         assert time.monotonic() < deadline
         time.sleep(0.01)
     assert own.path is not None and own.needs_replan(grid, 0.0, 0.5) is None
-    assert own.plan(np.asarray(start), np.asarray(goal), 0.3, 1.0) is own.path  # the kept path, not a new one
+    kept = own.path
+    assert own.plan(np.asarray(start), np.asarray(goal), 0.3, 1.0, "period") is False and own.path is kept
     assert own.pending and own.needs_replan(grid, 0.0, 5.0) is None  # one plan at a time
+    while not own.pending or not own._pending.done():  # the periodic re-plan finds the same path: kept
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert own.poll() is False and own.path is kept
+    own.plan(np.asarray(start), np.asarray(goal), 0.3, 2.0, "period")
     own.clear_path()  # the running plan was asked for the old situation: dropped
     assert not own.pending and own.path is None and not own.poll()
 

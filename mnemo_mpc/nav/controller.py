@@ -15,8 +15,9 @@ applied. Around that core this module adds what a robot needs and the paper does
   MPC heads for it (through the known-free point closest to it when the goal has not been seen free); otherwise the
   controller plans its own path on what its local grids have shown and tracks it like a given one
   (`mnemo_mpc.nav.own_path`, re-planned every `replan_period_s` and when the path ahead gets blocked);
-* getting unstuck (`mnemo_mpc.nav.recovery`): no progress of `required_movement_m` within `progress_timeout_s` starts
-  the recoveries rotate in place -> back off (v_min < 0 only) -> re-plan, each with its status and a log line, and
+* getting unstuck (`mnemo_mpc.nav.recovery`): no progress of `required_movement_m` within `progress_timeout_s`, or
+  standing still for `stall_recovery_s` with no moving obstacle in view, starts the recoveries manoeuvre onto the
+  path -> rotate in place -> back off (v_min < 0 only) -> re-plan, each with its status and a log line, and
   "failed" after `max_recoveries` without progress (a stop, until a new goal);
 * the drive as it is (`mnemo_mpc.nav.actuation`, `ControllerConfig.actuation`): the state is predicted over the
   measurement's age and the command latency with the commands already sent, the MPC plans from that prediction, and
@@ -124,6 +125,10 @@ class ControllerConfig:
     clear_footprint: bool = True
     # A start in collision for this long starts the recoveries (instead of waiting for the progress checker)
     blocked_recovery_s: float = 1.0
+    # A robot standing still (measured |v| < STILL_V, |w| < STILL_W) this long, with no moving obstacle in view, is
+    # stuck too: a Jackal whose MPC rests in a local minimum at a junction of the dense worlds' lanes otherwise waited
+    # out the progress checker's 10 s each time (a third of its time limit)
+    stall_recovery_s: float = 3.0
 
     def __post_init__(self) -> None:
         if self.warm_start not in MODES:
@@ -163,6 +168,7 @@ class ControllerConfig:
             ("backup_speed", "m/s"),
             ("recovery_time_allowance_s", "seconds"),
             ("blocked_recovery_s", "seconds"),
+            ("stall_recovery_s", "seconds"),
         ):
             value = getattr(self, name)
             if not (is_real(value) and value > 0):
@@ -387,7 +393,7 @@ class Controller:
             self.set_global_path(global_path)
             self._given_path_id = id(global_path)
 
-        if self._goal is None or self._new_goal(goal):
+        if self._goal is None or self._new_goal(goal, pose):
             self._reset_recovery(goal)
             self._own.clear_path()
         self._goal = goal.copy()  # the same goal re-expressed (a localiser's frame update) moves with it
@@ -431,10 +437,9 @@ class Controller:
             else:
                 if self._own.poll():
                     self._own_progress = 0.0
-                if self._own.needs_replan(grid, self._own_progress, now) is not None:
-                    self._own.plan(pose, goal, cfg.subgoal_clearance_m, now)
-                    if not self._own.background:
-                        self._own_progress = 0.0
+                why = self._own.needs_replan(grid, self._own_progress, now)
+                if why is not None and self._own.plan(pose, goal, cfg.subgoal_clearance_m, now, why):
+                    self._own_progress = 0.0
                 path = self._own.path
         if path is not None:
             progress = 0.0 if straight else self._own_progress if own else self._progress
@@ -707,8 +712,9 @@ class Controller:
             mpc, field_, pose, margin
         )
 
-    def _new_goal(self, goal: np.ndarray) -> bool:
-        return not same_goal(goal, self._goal, self.config.goal_tolerance_m)
+    def _new_goal(self, goal: np.ndarray, pose: np.ndarray) -> bool:
+        distance = float(np.hypot(*(np.asarray(goal[:2]) - pose[:2])))
+        return not same_goal(goal, self._goal, self.config.goal_tolerance_m, distance)
 
     # --- getting unstuck ------------------------------------------------------------------------------------------
     def _reset_recovery(self, goal: np.ndarray | None) -> None:
@@ -716,6 +722,7 @@ class Controller:
         self._goal = None if goal is None else np.asarray(goal, dtype=float).copy()
         self._behaviour: Behaviour | Maneuver | None = None
         self._recoveries = 0  # recoveries since the last progress
+        self._still_since: float | None = None  # controller time the robot was first seen standing still
         self._next_behaviour = 0  # index into recovery.ORDER, round robin
         self._failed = False
         self._checker.baseline = None
@@ -752,9 +759,15 @@ class Controller:
         progressed, stuck = self._checker.update(pose, now)
         if progressed:
             self._recoveries, self._next_behaviour = 0, 0
-        if not (stuck or blocked):
+        waiting = self._moving is not None and bool(self._moving.last_detections)  # for a moving obstacle to pass
+        if abs(velocity[0]) >= STILL_V or abs(velocity[1]) >= STILL_W or waiting:
+            self._still_since = None
+        elif self._still_since is None:
+            self._still_since = now
+        stalled = self._still_since is not None and now - self._still_since >= cfg.stall_recovery_s - 1e-9
+        if not (stuck or blocked or stalled):
             return None
-        self._blocked_since = None  # a recovery now; blocked again afterwards starts the clock afresh
+        self._blocked_since = self._still_since = None  # a recovery now; the clocks start afresh after it
         self._checker.reset(pose, now)
         if self._recoveries >= cfg.max_recoveries:
             self._failed = True
@@ -792,9 +805,12 @@ class Controller:
             )
         self._recoveries += 1
         log.warning(
-            "no progress of %.2f m in %.1f s: recovery %d/%d: %s",
-            cfg.required_movement_m,
-            cfg.progress_timeout_s,
+            "%s: recovery %d/%d: %s",
+            "start blocked"
+            if blocked
+            else f"no progress of {cfg.required_movement_m:.2f} m in {cfg.progress_timeout_s:.1f} s"
+            if stuck
+            else f"standing still for {cfg.stall_recovery_s:.1f} s",
             self._recoveries,
             cfg.max_recoveries,
             name,
@@ -837,16 +853,24 @@ class Controller:
         return ControlOutput(command, status, None, tuple(flags), time_s=time.perf_counter() - t0, field=field_)
 
 
+STILL_V, STILL_W = 0.02, 0.05  # m/s, rad/s: a robot slower than both stands still (stall_recovery_s)
 SAME_GOAL_YAW_RAD = 0.3
+# A localiser's correction of the map -> odom transform turns a far goal about the robot: it moves by the heading
+# correction times its distance (the Jackal profile's corrections moved a goal 10 m away by 0.2-0.5 m, which the goal
+# tolerance alone took for a new goal every second or two: the progress checker and the own path restarted each time
+# and a robot stuck in a dense world never recovered).
+SAME_GOAL_BEARING_RAD = 0.1
 
 
-def same_goal(a: np.ndarray, b: np.ndarray, tolerance_m: float) -> bool:
+def same_goal(a: np.ndarray, b: np.ndarray, tolerance_m: float, distance_m: float = 0.0) -> bool:
     """Whether goal `a` is goal `b` re-expressed (a localiser updating the map -> odom transform moves a goal given
-    in the map frame by its correction): within the goal tolerance and SAME_GOAL_YAW_RAD of heading. A farther goal
-    is a new goal: recoveries and the own path start afresh."""
+    in the map frame by its correction): within the goal tolerance plus SAME_GOAL_BEARING_RAD times the goal's
+    `distance_m` from the robot, and SAME_GOAL_YAW_RAD of heading. A farther goal is a new goal: recoveries and the
+    own path start afresh."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     d_yaw = abs((a[2] - b[2] + np.pi) % (2 * np.pi) - np.pi)
-    return float(np.hypot(*(a[:2] - b[:2]))) <= tolerance_m and d_yaw <= SAME_GOAL_YAW_RAD
+    reach = tolerance_m + SAME_GOAL_BEARING_RAD * max(float(distance_m), 0.0)
+    return float(np.hypot(*(a[:2] - b[:2]))) <= reach and d_yaw <= SAME_GOAL_YAW_RAD
 
 
 def choose_start(

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import math
 import multiprocessing
+import os
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -157,6 +158,7 @@ def _clip_segment(a: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray) 
 
 
 _EXECUTOR: ProcessPoolExecutor | None = None
+_EXECUTOR_PID = 0
 # Why a worker may not start: a broken pool, no processes left (OSError), a timeout, or -- AssertionError, which is how
 # multiprocessing refuses -- a daemonic process (a multiprocessing.Pool worker) may not have children.
 _NO_WORKER = (BrokenProcessPool, OSError, RuntimeError, TimeoutError, AssertionError)
@@ -165,13 +167,14 @@ _NO_WORKER = (BrokenProcessPool, OSError, RuntimeError, TimeoutError, AssertionE
 def _executor() -> ProcessPoolExecutor:
     """The process's one planning worker, started (and waited for: ~0.3 s, the imports) on first use -- by an
     `OwnPath(background=True)`, so that no control step pays for it."""
-    global _EXECUTOR
-    if _EXECUTOR is None:
+    global _EXECUTOR, _EXECUTOR_PID
+    if _EXECUTOR is None or _EXECUTOR_PID != os.getpid():  # a forked child inherits its parent's, which is not its own
+        _EXECUTOR = None
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(["mnemo_mpc.planning.global_path"])
         executor = ProcessPoolExecutor(max_workers=1, mp_context=ctx)
         executor.submit(math.sqrt, 1.0).result(timeout=120.0)
-        _EXECUTOR = executor
+        _EXECUTOR, _EXECUTOR_PID = executor, os.getpid()
     return _EXECUTOR
 
 
@@ -183,6 +186,19 @@ def _plan(grid: OccupancyGrid, start: np.ndarray, target: np.ndarray, robot: Rob
         return path, "", time.perf_counter() - t0
     except (InfeasibleProblemError, InputError) as exc:
         return None, str(exc), time.perf_counter() - t0
+
+
+# A periodic re-plan replaces a path still clear only when it is this much shorter than the rest of that path.
+SWITCH_GAIN = 0.1
+
+
+def remaining_length(path: np.ndarray | None, pose: np.ndarray) -> float:
+    """The length from `pose` along `path`: to its nearest vertex, then along it to the end (inf without a path)."""
+    if path is None or len(path) == 0:
+        return math.inf
+    near = int(np.argmin(np.hypot(path[:, 0] - pose[0], path[:, 1] - pose[1])))
+    rest = np.asarray(path[near:, :2], dtype=float)
+    return float(np.hypot(*(rest[0] - np.asarray(pose[:2], dtype=float))) + np.sum(np.hypot(*np.diff(rest, axis=0).T)))
 
 
 class OwnPath:
@@ -207,6 +223,7 @@ class OwnPath:
         self.plan_time_s = 0.0  # wall time of the last planning (memory grid, ESDF, search), wherever it ran
         self.failures = 0
         self._pending: Future | None = None
+        self._keep_below: float | None = None  # a periodic re-plan: the new path's length that replaces the kept one
         if self.background:
             try:
                 _executor()
@@ -251,11 +268,18 @@ class OwnPath:
             return "blocked"
         return None
 
-    def plan(self, pose: np.ndarray, goal: np.ndarray, subgoal_clearance_m: float, now_s: float) -> np.ndarray | None:
-        """Plan from `pose` to `goal` on the memory and return the path (None, logged, when the planner finds none);
-        with `background`, start the plan in the worker and return the path kept meanwhile."""
+    def plan(
+        self, pose: np.ndarray, goal: np.ndarray, subgoal_clearance_m: float, now_s: float, reason: str = "no path"
+    ) -> bool:
+        """Plan from `pose` to `goal` on the memory (`reason`: `needs_replan`'s); True when `path` changed now. With
+        `background`, start the plan in the worker and keep the path meanwhile (`poll` adopts the new one). A periodic
+        re-plan replaces a path that is still clear only when it is shorter than the rest of it by SWITCH_GAIN: with
+        unseen space taken as free, two routes round a block cost nearly the same and their order flips as cells are
+        seen; following each flip in turn, a Jackal in the dense worlds' lanes turned back and forth at a junction
+        until it timed out."""
         t0 = time.perf_counter()
         self.planned_at = now_s
+        self._keep_below = remaining_length(self.path, pose) * (1.0 - SWITCH_GAIN) if reason == "period" else None
         target = np.asarray(goal, dtype=float)
         reach = 0.5 * self.seen.max_size_m
         d = float(np.hypot(*(target[:2] - pose[:2])))
@@ -271,13 +295,13 @@ class OwnPath:
         if self.background:
             try:
                 self._pending = _executor().submit(_plan, *args, self.unknown_policy)
-                return self.path
+                return False
             except (BrokenProcessPool, OSError, RuntimeError) as exc:
                 log.warning("own path: planning worker unavailable (%s); planning on the control step from now on", exc)
                 self.background = False
-        self._adopt(*_plan(*args, self.unknown_policy))
+        changed = self._adopt(*_plan(*args, self.unknown_policy))
         self.plan_time_s = time.perf_counter() - t0
-        return self.path
+        return changed
 
     def poll(self) -> bool:
         """Adopt the worker's plan when it is done (never waits); True when a new plan (or none found) was adopted."""
@@ -291,13 +315,18 @@ class OwnPath:
             self.background = False
             self.planned_at = -math.inf  # plan again at the next step
             return False
-        self._adopt(*result)
-        return True
+        return self._adopt(*result)
 
-    def _adopt(self, path: np.ndarray | None, message: str, seconds: float) -> None:
+    def _adopt(self, path: np.ndarray | None, message: str, seconds: float) -> bool:
+        """Take the planner's answer (see `plan` for when a clear path is kept); True when `path` changed."""
+        self.plan_time_s = seconds
         if path is None:
             self.failures += 1
             if self.failures == 1 or self.failures % 50 == 0:
                 log.info("own path: no path on the seen map (%d so far): %s", self.failures, message)
+            if self._keep_below is not None:
+                return False  # a periodic re-plan found nothing: the path kept is still clear
+        elif self._keep_below is not None and remaining_length(path, path[0]) > self._keep_below:
+            return False
         self.path = path
-        self.plan_time_s = seconds
+        return True
