@@ -228,7 +228,9 @@ class OwnPath:
             try:
                 _executor()
             except _NO_WORKER as exc:
-                log.warning("own path: no planning worker (%s); planning on the control step", exc or type(exc).__name__)
+                log.warning(
+                    "own path: no planning worker (%s); planning on the control step", exc or type(exc).__name__
+                )
                 self.background = False
 
     def reset(self) -> None:
