@@ -174,3 +174,26 @@ def test_a_robot_blind_behind_plans_forward_only_and_reverses_in_recoveries_alon
     assert build(full_circle).mpc.plan_v_min is None
     command, _flags = profile.controller().check_command(np.array([-0.3, 0.0]), np.array([-0.3, 0.0]))
     assert command[0] == pytest.approx(-0.3)
+
+
+def test_recovery_sweeps_check_the_obstacle_cells_not_the_interpolated_field(setup):
+    """The bilinear field overestimates the distance towards a wall's corner (the lane's mouth here): turning in place
+    past it, the field kept a millimetre of margin where the body cut the corner (TurtleBot3 Burger, dense-1083). The
+    recoveries' checks use the distance to the cells themselves and refuse those turns."""
+    _profile, _grid, field, mpc = setup
+    cut, cut_into = 0, False
+    for x in np.arange(1.60, 1.95, 0.01):
+        for y in np.arange(1.30, 1.75, 0.01):
+            for yaw in (-0.6, -0.3, 0.0, 0.3):
+                pose = np.array([x, y, yaw])
+                yaws = yaw + np.linspace(0.0, 0.5, 11)
+                poses = np.stack([np.full(11, x), np.full(11, y), yaws], axis=-1)
+                interpolated = float(np.min(_pose_margins(mpc, field, poses)))
+                cells = float(np.min(_pose_margins(mpc, field, poses, exact=True)))
+                assert cells <= interpolated + 1e-9
+                need = recovery.required_margin(mpc, field, pose)
+                if interpolated >= need > cells:  # free on the field, not on the cells
+                    cut += 1
+                    assert not recovery.rotation_free(mpc, field, pose, 0.5)
+                    cut_into = cut_into or cells < 0.0 <= need
+    assert cut > 0 and cut_into  # the field's overestimate does occur at this mouth, into the wall too

@@ -96,3 +96,28 @@ def test_window_crops_and_fills_unknown():
         assert win.data[cell[0], cell[1]] == 100
     with pytest.raises(InputError):
         grid.window(np.array([np.nan, 0.0]), (4, 4))
+
+
+def test_exact_distance_is_the_distance_to_the_obstacle_squares():
+    """Beside a wall the bilinear field is exact; towards a box corner it overestimates (by up to ~0.2 resolution),
+    and `exact_distance` does not: it is the distance to the nearest occupied square, checked by brute force."""
+    res = 0.05
+    data = np.zeros((40, 40), np.int8)
+    data[20:24, 20:24] = 100  # a 0.2 m box: x, y in [1.0, 1.2]
+    field = DistanceField(OccupancyGrid(data, res))
+    rng = np.random.default_rng(0)
+    pts = rng.uniform(0.75, 1.45, size=(400, 2))
+    exact = field.exact_distance(pts)
+    gap = np.maximum(np.maximum(1.0 - pts, pts - 1.2), 0.0)
+    truth = np.hypot(gap[:, 0], gap[:, 1])
+    outside = truth > 1e-9
+    near = outside & (truth < 0.25)  # within `reach` (0.3 m by default); beyond it the field's value stands
+    np.testing.assert_allclose(exact[near], truth[near], atol=1e-9)
+    assert np.all(exact[~outside] <= 0.0)
+    corner = np.array([[1.2 + 0.03, 1.2 + 0.03]])  # diagonal from the box's corner
+    assert field.distance(corner)[0] > field.exact_distance(corner)[0] + 0.005
+    assert field.exact_distance(corner)[0] == pytest.approx(0.03 * np.sqrt(2))
+    side = np.array([[1.2 + 0.05, 1.1]])  # beside a face: the two agree
+    assert field.exact_distance(side)[0] == pytest.approx(field.distance(side)[0], abs=1e-9)
+    far = np.array([[0.1, 0.1]])  # beyond `reach`: the field's value
+    assert field.exact_distance(far, reach=0.3)[0] == field.distance(far)[0]

@@ -384,11 +384,12 @@ class Maneuver:
         """The least footprint clearance a plan at `margin` from `pose` is driven with: `margin` less 2 cm (the robot
         drives the plan within a few centimetres of its lattice states), or for a robot already closer than the plan
         lets it join at (`plan_maneuver`), 1 cm less than that; never below 0."""
-        now = float(recovery.pose_margins(mpc, field_, np.asarray(pose, dtype=float)))
+        now = float(recovery.pose_margins(mpc, field_, np.asarray(pose, dtype=float), exact=True))
         return max(min(margin - 0.02, now - 0.015), 0.0)
 
     def _free(self, mpc: SQPMPC, field_: DistanceField, pose: np.ndarray, poses: np.ndarray) -> bool:
-        return bool(np.min(recovery.pose_margins(mpc, field_, poses)) >= self.floor)
+        """Every pose's exact margin (`recovery.pose_margins`) at least the floor."""
+        return bool(np.min(recovery.pose_margins(mpc, field_, poses, exact=True)) >= self.floor)
 
     def _over(self, reason: str) -> None:
         self.reason = reason

@@ -49,22 +49,25 @@ class ProgressChecker:
         return False, now_s - self.since_s >= self.timeout_s - 1e-9
 
 
-def pose_margins(mpc: SQPMPC, field_: DistanceField, poses: np.ndarray) -> np.ndarray:
-    """Per pose (..., 3): min over the covering discs of esdf(disc centre) - disc radius."""
+def pose_margins(mpc: SQPMPC, field_: DistanceField, poses: np.ndarray, exact: bool = False) -> np.ndarray:
+    """Per pose (..., 3): min over the covering discs of esdf(disc centre) - disc radius; with `exact`, the distance
+    to the obstacle cells themselves near them (`DistanceField.exact_distance`), as the motions here check it."""
     centres = mpc._disc_centres(np.asarray(poses, dtype=float))  # (..., K, 2)
-    return np.min(np.asarray(field_.distance(centres)) - mpc.discs[:, 2], axis=-1)
+    d = field_.exact_distance(centres) if exact else field_.distance(centres)
+    return np.min(np.asarray(d) - mpc.discs[:, 2], axis=-1)
 
 
 def footprint_margin(mpc: SQPMPC, field_: DistanceField, poses: np.ndarray) -> float:
-    """min over `poses` (M, 3) and the covering discs of esdf(disc centre) - disc radius."""
-    return float(np.min(pose_margins(mpc, field_, np.asarray(poses, dtype=float).reshape(-1, 3))))
+    """min over `poses` (M, 3) and the covering discs of the exact distance (`pose_margins`) - disc radius."""
+    return float(np.min(pose_margins(mpc, field_, np.asarray(poses, dtype=float).reshape(-1, 3), exact=True)))
 
 
 def required_margin(mpc: SQPMPC, field_: DistanceField, pose: np.ndarray, margin: float | None = None) -> float:
     """The margin a motion from `pose` must keep: the safety margin (or the step's narrowed `margin`), or less when
-    the robot is already inside that band, as `SQPMPC.solve` relaxes its constraint (`SQPMPC.start_margin`); less
-    1e-3."""
-    return mpc.start_margin(field_, np.asarray(pose, dtype=float), margin) - 1e-3
+    the robot is already inside that band, as `SQPMPC.solve` relaxes its constraint (`SQPMPC.start_margin`), and
+    never more than the exact margin it has now; less 1e-3."""
+    pose = np.asarray(pose, dtype=float)
+    return min(mpc.start_margin(field_, pose, margin), float(pose_margins(mpc, field_, pose, exact=True))) - 1e-3
 
 
 class Behaviour:

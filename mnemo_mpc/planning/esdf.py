@@ -103,6 +103,38 @@ class DistanceField:
         """Smallest signed distance over `points` (K, 2)."""
         return float(np.min(self.distance(points)))
 
+    def exact_distance(self, xy: np.ndarray, reach: float = 0.3) -> np.ndarray:
+        """Distance at points (..., 2) to the nearest obstacle cell's square itself, where `distance` says it is
+        within `reach` m; `distance` elsewhere (and where it is less: inside obstacles, outside the grid).
+
+        `distance` (centre distance - resolution / 2, bilinear) is exact beside a wall but overestimates towards an
+        obstacle's corner, by up to ~0.2 resolution (1 cm on a 5 cm grid): a rotation in place whose sweep kept
+        1.4 mm of margin on it hit a box corner (TurtleBot3 Burger, dense-1083). Checks that run a robot at a few
+        millimetres from obstacles (the recoveries) use this one."""
+        xy = np.asarray(xy, dtype=float)
+        d = np.asarray(self.distance(xy), dtype=float)
+        near = d < reach
+        if not np.any(near):
+            return d
+        pts = xy[near]  # (P, 2)
+        res = self.grid.resolution
+        grow = reach + res
+        (x0, y0), (x1, y1) = pts.min(axis=0) - grow, pts.max(axis=0) + grow
+        corners = self.grid.world_to_cell(np.array([[x0, y0], [x1, y0], [x0, y1], [x1, y1]]))  # a grid may be turned
+        h, w = self.shape
+        r0, c0 = np.maximum(corners.min(axis=0), 0)
+        r1, c1 = np.minimum(corners.max(axis=0) + 1, (h, w))
+        rows, cols = np.nonzero(self.obstacles[r0:r1, c0:c1])
+        if rows.size == 0:
+            return d
+        centres = self.grid.grid_to_world(np.stack([cols + c0 + 0.5, rows + r0 + 0.5], axis=-1))  # (C, 2)
+        exact = np.empty(len(pts))
+        for k in range(0, len(pts), 256):  # bounded memory: 256 points x the cells at a time
+            gap = np.maximum(np.abs(pts[k : k + 256, None, :] - centres[None]) - 0.5 * res, 0.0)
+            exact[k : k + 256] = np.min(np.hypot(gap[..., 0], gap[..., 1]), axis=1)
+        d[near] = np.minimum(d[near], exact)
+        return d
+
 
 def signed_distance(obstacles: np.ndarray, resolution: float, pad_obstacle: bool = True) -> np.ndarray:
     """Signed distance (metres) from each cell centre to the obstacle boundary; see the module docstring.
