@@ -372,3 +372,34 @@ def test_own_path_in_a_daemonic_process_plans_on_the_step():
     proc.join(timeout=60.0)
     assert proc.exitcode == 0  # built: no AssertionError escaped
     assert queue.get(timeout=5.0) is False  # and plans on the step
+
+
+def test_the_re_plan_recovery_brakes_for_its_step_instead_of_solving(monkeypatch):
+    """The step that starts the re-plan recovery has paid for the recoveries tried before it; it brakes and the next
+    step plans afresh (a cold solve and its fallback on top took the Jackal's mapless steps past its period)."""
+    from mnemo_mpc.planning.mpc import SQPMPC
+
+    grid, start, goal = boxed_in()
+    cfg = ControllerConfig(progress_timeout_s=1.0, max_recoveries=3, spin_dist_rad=1.0, recovery_time_allowance_s=3)
+    controller = Controller(RobotModel(v_min=0.0), MPCConfig(), cfg)
+    solves = []
+    solve = SQPMPC.solve
+
+    def counted(self, *args, **kwargs):
+        solves.append(1)
+        return solve(self, *args, **kwargs)
+
+    monkeypatch.setattr(SQPMPC, "solve", counted)
+    pose, vel = np.asarray(start, float), np.zeros(2)
+    seen = False
+    for _ in range(400):
+        before = len(solves)
+        out = controller.step(grid.window(pose[:2], WINDOW), pose, vel, np.asarray(goal, float))
+        if out.status == "recovery_replan":
+            seen = True
+            assert len(solves) == before and out.plan is None
+            assert np.all(np.abs(out.command) <= np.abs(vel) + 1e-9)
+        if out.status == "failed":
+            break
+        pose, vel = controller.robot.step(pose, out.command, controller.mpc_config.dt), out.command
+    assert seen

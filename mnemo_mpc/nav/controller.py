@@ -420,9 +420,8 @@ class Controller:
             self._own.seen.update(seen)  # also while a recovery turns to re-observe
         blocked = self._blocked_since is not None and now - self._blocked_since >= cfg.blocked_recovery_s - 1e-9
         recovered = self._recovery_step(grid, field_, pose, velocity, goal, now, t0, blocked)
-        if isinstance(recovered, ControlOutput):
+        if recovered is not None:
             return recovered
-        status_override = recovered
 
         subgoal, reference = goal, None
         path, straight = self._path, False
@@ -465,7 +464,7 @@ class Controller:
             subgoal = visible_subgoal(grid, pose, goal, cfg.subgoal_clearance_m)
 
         margin = self._step_margin(field_, grid.shape, reference)
-        if self._shim is not None and status_override is None:
+        if self._shim is not None:
             turn = self._shim.target(self.mpc(grid.shape), field_, pose, velocity, reference, margin)
             if turn is not None:
                 self._last_plan = None  # planned for the old heading: neither a start nor a fallback any more
@@ -522,8 +521,6 @@ class Controller:
         flags.extend(clip_flags)
         if status != "planned":
             self._plan_age += 1
-        if status_override is not None:
-            status = status_override
         return ControlOutput(
             command=command,
             status=status,
@@ -739,10 +736,10 @@ class Controller:
         now: float,
         t0: float,
         blocked: bool = False,
-    ) -> ControlOutput | str | None:
-        """Run the progress checker and the recoveries: a ControlOutput when a recovery motion (or "failed") decides
-        this step, "recovery_replan" when this step plans afresh under that status, None for a normal step. `blocked`
-        (the start has been in collision for `blocked_recovery_s`) counts as stuck at once."""
+    ) -> ControlOutput | None:
+        """Run the progress checker and the recoveries: a ControlOutput when a recovery (or "failed") decides this
+        step, None for a normal step. `blocked` (the start has been in collision for `blocked_recovery_s`) counts as
+        stuck at once."""
         cfg = self.config
         mpc = self.mpc(grid.shape)
         if self._behaviour is not None:
@@ -816,9 +813,13 @@ class Controller:
             name,
         )
         if name == recovery.REPLAN:
+            # Brake for this one step (the robot is stuck: it stands or nearly): the step has already paid for the
+            # recoveries tried before this one (a lattice search that found nothing is ~20 ms), and a cold solve and
+            # its fallback on top took the Jackal's mapless steps past its 44 ms period (dense-1069). Planning starts
+            # afresh at the next step.
             self._own.clear_path()
             self._last_plan, self._progress, self._own_progress = None, 0, 0.0
-            return name
+            return self._recovery_output(np.zeros(2), velocity, name, field_, t0)
         if name == recovery.MANEUVER:
             self._behaviour = behaviour
         else:
