@@ -232,9 +232,11 @@ def test_a_far_goal_moved_by_localiser_corrections_is_the_same_goal():
     # a goal moved farther than the corrections do is a new goal
     from mnemo_mpc.nav.controller import same_goal
 
-    assert same_goal(np.array([10.3, 0.0, 0.0]), np.array([10.0, 0.0, 0.0]), 0.2, 10.0)
-    assert not same_goal(np.array([11.5, 0.0, 0.0]), np.array([10.0, 0.0, 0.0]), 0.2, 10.0)
-    assert not same_goal(np.array([0.5, 0.0, 0.0]), np.array([0.2, 0.0, 0.0]), 0.2, 0.4)
+    robot = np.zeros(3)
+    assert same_goal(np.array([10.3, 0.0, 0.0]), np.array([10.0, 0.0, 0.0]), 0.2, robot)
+    assert not same_goal(np.array([10.3, 0.0, 0.0]), np.array([10.0, 0.0, 0.0]), 0.2)  # no robot: no allowance
+    assert not same_goal(np.array([11.5, 0.0, 0.0]), np.array([10.0, 0.0, 0.0]), 0.2, robot)
+    assert not same_goal(np.array([0.5, 0.0, 0.0]), np.array([0.2, 0.0, 0.0]), 0.2, robot)
 
 
 # --- the previous-plan fallback checks the footprint ------------------------------------------------------------------

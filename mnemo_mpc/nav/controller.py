@@ -710,8 +710,7 @@ class Controller:
         )
 
     def _new_goal(self, goal: np.ndarray, pose: np.ndarray) -> bool:
-        distance = float(np.hypot(*(np.asarray(goal[:2]) - pose[:2])))
-        return not same_goal(goal, self._goal, self.config.goal_tolerance_m, distance)
+        return not same_goal(goal, self._goal, self.config.goal_tolerance_m, pose)
 
     # --- getting unstuck ------------------------------------------------------------------------------------------
     def _reset_recovery(self, goal: np.ndarray | None) -> None:
@@ -863,14 +862,15 @@ SAME_GOAL_YAW_RAD = 0.3
 SAME_GOAL_BEARING_RAD = 0.1
 
 
-def same_goal(a: np.ndarray, b: np.ndarray, tolerance_m: float, distance_m: float = 0.0) -> bool:
+def same_goal(a: np.ndarray, b: np.ndarray, tolerance_m: float, robot: np.ndarray | None = None) -> bool:
     """Whether goal `a` is goal `b` re-expressed (a localiser updating the map -> odom transform moves a goal given
-    in the map frame by its correction): within the goal tolerance plus SAME_GOAL_BEARING_RAD times the goal's
-    `distance_m` from the robot, and SAME_GOAL_YAW_RAD of heading. A farther goal is a new goal: recoveries and the
-    own path start afresh."""
+    in the map frame by its correction): within the goal tolerance plus SAME_GOAL_BEARING_RAD times goal `a`'s
+    distance from the `robot`'s position (x, y, ...; none: no allowance), and SAME_GOAL_YAW_RAD of heading. A
+    farther goal is a new goal: recoveries and the own path start afresh."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     d_yaw = abs((a[2] - b[2] + np.pi) % (2 * np.pi) - np.pi)
-    reach = tolerance_m + SAME_GOAL_BEARING_RAD * max(float(distance_m), 0.0)
+    distance = 0.0 if robot is None else float(np.hypot(*(a[:2] - np.asarray(robot, dtype=float)[:2])))
+    reach = tolerance_m + SAME_GOAL_BEARING_RAD * distance
     return float(np.hypot(*(a[:2] - b[:2]))) <= reach and d_yaw <= SAME_GOAL_YAW_RAD
 
 

@@ -228,8 +228,9 @@ class OwnPath:
             try:
                 _executor()
             except _NO_WORKER as exc:
+                # an exception is always truthy: its message may still be empty (multiprocessing's AssertionError)
                 log.warning(
-                    "own path: no planning worker (%s); planning on the control step", exc or type(exc).__name__
+                    "own path: no planning worker (%s); planning on the control step", str(exc) or type(exc).__name__
                 )
                 self.background = False
 
@@ -298,8 +299,9 @@ class OwnPath:
             try:
                 self._pending = _executor().submit(_plan, *args, self.unknown_policy)
                 return False
-            except (BrokenProcessPool, OSError, RuntimeError) as exc:
-                log.warning("own path: planning worker unavailable (%s); planning on the control step from now on", exc)
+            except _NO_WORKER as exc:  # _executor() starts a worker afresh in a forked child
+                why = str(exc) or type(exc).__name__
+                log.warning("own path: planning worker unavailable (%s); planning on the control step from now on", why)
                 self.background = False
         changed = self._adopt(*_plan(*args, self.unknown_policy))
         self.plan_time_s = time.perf_counter() - t0

@@ -124,10 +124,6 @@ class NavAdapter:
         if got is not None:
             self._odom = got
 
-    def _goal_distance(self, goal: np.ndarray) -> float:
-        """The goal's distance from the robot's last odometry pose (0 before any)."""
-        return 0.0 if self._odom is None else float(np.hypot(*(goal[:2] - self._odom.value[0][:2])))
-
     def on_goal(self, msg: Any, now_s: float) -> None:
         got = self._receive("goal", msg, now_s, None, convert.goal_from_pose_stamped, stamped=False)
         if got is None:
@@ -137,7 +133,9 @@ class NavAdapter:
         if (
             self._goal is not None
             and not np.array_equal(got.value, self._goal)
-            and same_goal(got.value, self._goal, self.params.goal_tolerance_m, self._goal_distance(got.value))
+            and same_goal(
+                got.value, self._goal, self.params.goal_tolerance_m, None if self._odom is None else self._odom.value[0]
+            )
         ):
             # the goal re-expressed in odom after a localiser update (moved by its correction): follow it,
             # keep the plan going. The very same goal sent again is a new request (it restarts, e.g. after "failed").
