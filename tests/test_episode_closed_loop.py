@@ -77,3 +77,21 @@ def test_start_inside_obstacle_is_a_clear_error(sim, controller):
     bad = World(world.grid, np.array([2.0, 1.5, 0.0]), world.goal, seed=2, kind="test")  # inside the pillar
     with pytest.raises(InfeasibleProblemError, match="start"):
         run_episode(bad, sim=sim, controller=controller)
+
+
+def test_a_step_that_planned_nothing_is_recorded_with_the_goal_as_its_sub_goal():
+    """A recovery step has no sub-goal and no reference: the dataset row takes the goal for both (collecting with the
+    Jackal profile raised on its first recovery, and every world was stored as an error)."""
+    from types import SimpleNamespace
+
+    from mnemo_mpc.nav.controller import ControlOutput
+    from mnemo_mpc.sim.episode import _record_step
+
+    world = small_world()
+    goal = np.array([3.3, 1.5, 0.0])
+    obs = SimpleNamespace(local_grid=world.grid, pose=np.array([0.7, 1.5, 0.0]), velocity=np.zeros(2))
+    rec: dict = {}
+    _record_step(rec, 0, obs, goal, ControlOutput(np.zeros(2), "recovery_rotate", None), None, 30)
+    np.testing.assert_array_equal(rec["subgoal"][0], goal)
+    np.testing.assert_array_equal(rec["reference"][0], np.tile(goal[:2], (31, 1)))
+    assert rec["expert_success"] == [False]

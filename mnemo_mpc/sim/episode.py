@@ -321,6 +321,8 @@ def _record_step(
 ) -> None:
     plan = out.plan
     grid = obs.local_grid
+    # A step that planned nothing (a recovery, a rotation to the path) has no sub-goal: the goal stands in for it.
+    subgoal = out.subgoal if out.subgoal is not None else goal
     row = {
         "step": k,
         "grid": grid.data,
@@ -329,7 +331,7 @@ def _record_step(
         "pose": out.start_state[:3] if out.start_state is not None else obs.pose,  # where the plan starts
         "velocity": out.start_state[3:] if out.start_state is not None else obs.velocity,
         "goal": goal,
-        "subgoal": out.subgoal if out.subgoal is not None else goal,
+        "subgoal": subgoal,
         "expert_states": expert.states if expert is not None else np.tile(obs.pose, (n + 1, 1)),
         "expert_controls": expert.controls if expert is not None else np.zeros((n, 2)),
         "expert_iterations": expert.iterations if expert is not None else 0,
@@ -341,7 +343,7 @@ def _record_step(
         "mpc_status": plan.status if plan is not None else (out.solve_error or "not solved"),
         "mpc_success": bool(plan is not None and plan.success),
         "command": out.command,
-        "reference": out.reference if out.reference is not None else np.tile(out.subgoal[:2], (n + 1, 1)),
+        "reference": out.reference if out.reference is not None else np.tile(np.asarray(subgoal)[:2], (n + 1, 1)),
     }
     for key, value in row.items():
         rec.setdefault(key, []).append(np.array(value, copy=True) if isinstance(value, np.ndarray) else value)
