@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mnemo_mpc.errors import InputError
-from mnemo_mpc.nav.controller import Controller, ControllerConfig
+from mnemo_mpc.nav.controller import Controller, ControllerConfig, choose_start
 from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.planning.mpc import MPCConfig, WarmStart
 from mnemo_mpc.planning.robot import RobotModel
@@ -119,7 +119,8 @@ def test_learned_mode_uses_the_provider_and_survives_a_broken_one(controller):
         calls.append(ctx)
         return WarmStart(np.tile(ctx.pose, (n + 1, 1)), np.zeros((n, 2)))
 
-    c = Controller(controller.robot, controller.mpc_config, ControllerConfig(warm_start="learned"), provider)
+    config = ControllerConfig(warm_start="learned", prefetch_start=False)  # on the step (prefetch: the next test)
+    c = Controller(controller.robot, controller.mpc_config, config, provider)
     c._mpcs = controller._mpcs  # reuse the built NLP
     out = c.step(room(False), [0.5, 1.5, 0.0], [0, 0], [2.5, 1.5, 0.0])
     assert calls and out.warm_start_source == "learned" and out.status == "planned"
@@ -139,32 +140,79 @@ def test_learned_mode_uses_the_provider_and_survives_a_broken_one(controller):
     assert out.warm_start_source == "shift"
 
 
-def test_hybrid_picks_the_candidate_with_the_lower_merit(controller):
-    """A provider that returns the problem's own optimum beats the shift; one that returns nonsense loses to it."""
-    n = controller.mpc_config.N
+def test_the_learned_start_is_predicted_during_the_period_for_the_next_step(controller, caplog):
+    """Off the critical path (nav.prefetch): the first step runs the model itself; each later step finds the start
+    predicted on the worker thread for where the last plan said it would be, rolled out from where it is; a pose that
+    jumped gets a prediction of its own, and a model that raises on the worker is not run again on the step."""
+    import threading
+
+    n, grid, goal = controller.mpc_config.N, room(False), np.array([2.5, 1.5, 0.0])
+    calls = []
+
+    def provider(ctx):
+        calls.append((threading.current_thread() is threading.main_thread(), np.array(ctx.pose)))
+        return WarmStart(np.tile(ctx.pose, (n + 1, 1)), np.tile([0.1, 0.0], (n, 1)))
+
+    c = Controller(controller.robot, controller.mpc_config, ControllerConfig(warm_start="learned"), provider)
+    c._mpcs = controller._mpcs
+    out = c.step(grid, [0.5, 1.5, 0.0], [0, 0], goal)
+    assert out.warm_start_source == "learned" and calls[0][0]  # nothing predicted yet: on the step
+    predicted_for = out.plan.states[1]
+    pose = np.array(predicted_for) + [0.01, 0.0, 0.0]
+    out = c.step(grid, pose, out.plan.controls[0], goal)
+    assert out.warm_start_source == "learned" and len(calls) == 2
+    on_main, ctx_pose = calls[1]
+    assert not on_main and np.allclose(ctx_pose, predicted_for)
+    np.testing.assert_allclose(out.warm_start.states[0], pose)  # re-anchored on this step's start
+    jumped = pose + [0.6, 0.0, 0.0]
+    out = c.step(grid, jumped, out.command, goal)  # the prediction does not fit: the model runs on the step
+    assert out.warm_start_source == "learned" and any(main and np.allclose(p, jumped) for main, p in list(calls))
+
+    def broken(ctx):
+        raise RuntimeError("model exploded")
+
+    c.warm_start_provider = broken
+    out = c.step(grid, out.plan.states[1], out.plan.controls[0], goal)  # then predicted on the worker with `broken`
+    pending = c._prefetch._pending
+    assert isinstance(pending.future.exception(timeout=5.0), RuntimeError)
+    caplog.clear()
+    out = c.step(grid, pending.pose, out.plan.controls[0], goal)
+    assert out.warm_start_source == "shift" and out.status == "planned"
+    assert caplog.text.count("model exploded") == 1  # said once, and the model not run again on the step
+
+
+def test_hybrid_takes_the_learned_start_on_fresh_problems_and_the_shift_otherwise(controller):
+    """The rule (`choose_start`): the first step of a goal and a new goal are fresh problems (the learned start, here
+    the problem's own optimum: converged at once); with a previous solution for the same goal, the shift, and the
+    model is not run on the step at all."""
     grid, goal = room(False), np.array([2.5, 1.5, 0.0])
-    best = {}
+    calls = []
 
     def oracle(ctx):
+        calls.append(ctx)
         res = c.mpc(grid.shape).solve(ctx.field, ctx.pose, ctx.velocity, ctx.subgoal, ctx.reference)
-        best["controls"] = res.controls
         return WarmStart(res.states, res.controls)
 
-    c = Controller(controller.robot, controller.mpc_config, ControllerConfig(warm_start="hybrid"), oracle)
+    c = Controller(
+        controller.robot, controller.mpc_config, ControllerConfig(warm_start="hybrid", prefetch_start=False), oracle
+    )
     c._mpcs = controller._mpcs
-    out = c.step(grid, [0.5, 1.5, 0.0], [0, 0], goal)  # fresh: learned (the optimum) vs cold
-    assert out.warm_start_source == "learned" and out.plan.iterations <= 1
+    out = c.step(grid, [0.5, 1.5, 0.0], [0, 0], goal)
+    assert out.warm_start_source == "learned" and out.plan.iterations <= 1 and len(calls) == 1
     pose = c.robot.step(np.array([0.5, 1.5, 0.0]), out.command, 0.1)
-    new_goal = np.array([2.0, 2.6, 1.5])  # the shift plans for the old goal: the learned optimum must win
-    out = c.step(grid, pose, out.command, new_goal)
-    assert out.warm_start_source == "learned" and out.plan.iterations <= 1
-    np.testing.assert_allclose(out.plan.controls, best["controls"], atol=1e-4)  # both converged to tol_du
-
-    rng = np.random.default_rng(0)
-    c.warm_start_provider = lambda ctx: WarmStart(np.zeros((n + 1, 3)), rng.uniform(-1.5, 1.5, (n, 2)))
+    out = c.step(grid, pose, out.command, goal)
+    assert out.warm_start_source == "shift" and out.status == "planned" and len(calls) == 1
     pose = c.robot.step(pose, out.command, 0.1)
-    out = c.step(grid, pose, out.command, new_goal)
-    assert out.warm_start_source == "shift" and out.status == "planned"
+    out = c.step(grid, pose, out.command, np.array([2.0, 2.6, 1.5]))  # the shift plans for the old goal
+    assert out.warm_start_source == "learned" and out.plan.iterations <= 1 and len(calls) == 2
+
+
+def test_choose_start_is_shift_then_learned_then_cold():
+    shift, learned = WarmStart(np.zeros((2, 3)), np.zeros((1, 2))), WarmStart(np.ones((2, 3)), np.ones((1, 2)))
+    for args, want, name in (((shift, learned), shift, "shift"), ((None, learned), learned, "learned")):
+        got, label = choose_start(*args)
+        assert got is want and label == name
+    assert choose_start(None, None) == (None, "cold")
 
 
 def test_modes_that_need_a_model_refuse_to_start_without_one(controller):

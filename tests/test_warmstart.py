@@ -228,7 +228,7 @@ def test_bench_pipeline_and_the_study_run_on_a_model(exported, tmp_path, monkeyp
 
     _, path, _ = exported
     result = run(PipelineConfig(worlds=1, stride=10, max_steps=60, model=str(path)), progress=False)
-    assert set(result["modes"]) == {"cold", "shift", "learned", "hybrid"}
+    assert set(result["modes"]) == {"cold", "shift", "learned", "hybrid", "learned_in_step"}
     for mode, by in result["modes"].items():
         assert set(by) == {"fresh", "steady"}, mode
         for s in by.values():
@@ -236,14 +236,32 @@ def test_bench_pipeline_and_the_study_run_on_a_model(exported, tmp_path, monkeyp
             assert set(s["total_ms"]) == {"p50", "p95", "p99"}
     hard = result["modes"]["learned"]["fresh"]["where_cold_needs_4_or_more"]
     assert hard["n"] == result["modes"]["cold"]["fresh"]["where_cold_needs_4_or_more"]["n"]
-    hybrid = result["modes"]["hybrid"]["steady"]
-    assert set(hybrid["starts_used"]) <= {"shift", "learned"}
+    assert set(result["modes"]["hybrid"]["steady"]["starts_used"]) == {"shift"}  # choose_start: no model on the step
+    assert set(result["modes"]["learned"]["fresh"]["starts_used"]) <= {"learned", "learned_prefetched"}
+    assert 0 < result["prefetch"]["fitted"] <= result["prefetch"]["recorded"]
+    assert set(result["ratios"]) == {"fresh_learned_vs_cold_total_p50", "steady_hybrid_vs_shift_total_p50"}
     import mnemo_mpc.experiments.mpc_warmstart as study
 
     monkeypatch.setattr(study, "quick_config", lambda: Config(worlds=1, stride=10, model=str(path)))
     out = run_study("mpc_warmstart", tmp_path, mode="quick")
     assert "learned_start_cuts_iterations" in out["claims"] and out["figures"] == ["mpc_warmstart.png"]
     assert "paper: cold" in (tmp_path / "mpc_warmstart" / "summary.md").read_text()
+
+
+def test_the_pipeline_total_is_the_critical_path():
+    """A start predicted during the previous period puts only its taking (`select_s`) on the step; one computed on
+    the step puts its inference there too."""
+    from types import SimpleNamespace
+
+    from mnemo_mpc.bench.pipeline import Solve, summarize
+
+    result = SimpleNamespace(
+        iterations=1, time_s=0.4e-3, cpu_time_s=0.4e-3, success=True, feasible=True, solver_stats={}
+    )
+    ahead = summarize([Solve(result, 1.0e-3, 0.05e-3, "learned_prefetched", False)], "wall")
+    on_step = summarize([Solve(result, 1.0e-3, 0.05e-3, "learned")], "wall")
+    assert ahead["total_ms"]["p50"] == pytest.approx(0.45) and on_step["total_ms"]["p50"] == pytest.approx(1.45)
+    assert ahead["inference_ms"]["p50"] == pytest.approx(1.0)  # reported, off the critical path
 
 
 def test_onnx_runtime_matches_torch_on_dataset_batches(exported, store, caplog):

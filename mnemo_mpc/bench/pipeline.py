@@ -1,20 +1,28 @@
-"""Warm-start pipeline benchmark: what each start costs on the problems the robot meets (seed 002 §5.2).
+"""Warm-start pipeline benchmark: what each start costs on the problems the robot meets (seed 002 §5.2, issue 25).
 
 Closed-loop episodes in generated worlds whose seeds no training store uses (`seed` + i; `collect` draws from
 1,000,000 up, `eval` from 1000) run in the simulator, driven by the shift-started MPC so that every mode faces the
 same problems. At every `stride`-th step (and the first) the step's problem (local grid, pose, velocity, sub-goal,
 reference) is solved once per start:
 
-* **fresh** (first step, new goal, map change, after a fallback: no previous solution): `cold` (hold the pose),
-  `learned` (the model's prediction), `hybrid` (learned vs cold on the NLP's merit); `shift` has nothing to shift
-  and falls back to cold, so its fresh figures are cold's;
-* **steady** (mid-run): `cold`, `shift` (previous solution shifted, with its multipliers), `learned`, `hybrid`
-  (shift vs learned on the merit, the learned start taking the shift's multipliers; `nav.controller.choose_start`).
+* **fresh** (no previous solution: the first step of a goal, after a rotation to the path or a recovery): `cold`
+  (hold the pose), `learned` (the model's start as the controller gets it: predicted during the previous period for
+  the start that step predicted, `nav.prefetch`, re-anchored here; on the run's first step, or where the prediction
+  does not fit the start, run on the step), `hybrid` (`nav.controller.choose_start`: with no shift, the learned
+  start -- the same solve); `shift` has nothing to shift and falls back to cold, so its fresh figures are cold's;
+* **steady** (mid-run): `cold`, `shift` (previous solution shifted, with its multipliers), `learned` (prefetched as
+  above), `hybrid` (the rule takes the shift: the same solve, and no model on the step).
+
+`learned_in_step` is the start as the controller took it before issue 25: the model run on the step from the step's
+own problem (input features, session, rollout), before the solve.
 
 Each summary has the SQP benchmark's keys (iterations, time, time per iteration, success, feasibility) plus
-`inference_ms` (input features + model + rollout into a start) and `total_ms` (inference + candidate merit +
-solve); `learned` also has the prediction's RMS error against the step's optimum (the cold solve's), to place the
-model on `bench sqp`'s accuracy curve.
+`inference_ms` (features + model + rollout, wherever it ran) and `total_ms`, the critical path: what the step waits
+for -- the solve, plus for a prefetched start taking it (checks and the rollout from the step's start), plus for a
+start computed on the step its inference. The prefetched inference runs off the critical path (the worker is
+waited for before the step starts, as a control period leaves it time to finish). `learned` also has the
+prediction's RMS error against the step's optimum (the cold solve's), to place the model on `bench sqp`'s accuracy
+curve, and `prefetch` says how often the prediction fitted.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from __future__ import annotations
 import argparse
 import platform
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from mnemo_mpc.errors import InputError, MnemoError
@@ -39,14 +47,8 @@ class PipelineConfig:
     max_steps: int = 400
     model: str | None = None  # default: a shipped model that fits the robot
     clock: str = "wall"
-    mpc: Any = field(default_factory=lambda: _mpc_config(fallback=None))
+    params: str | None = None  # robot profile (config/robots/*.yaml); None: the built-in disc robot
     realism: str = "profile"  # the simulated robot (mnemo_mpc.sim.realism.LEVELS); the built-in robot's profile: ideal
-
-
-def _mpc_config(**kw: Any) -> Any:
-    from mnemo_mpc.planning.mpc import MPCConfig
-
-    return MPCConfig(**kw)
 
 
 def quick_config() -> PipelineConfig:
@@ -60,14 +62,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stride", type=int, default=None, help="record every k-th step (default 3)")
     parser.add_argument("--model", default=None, help="warm-start model (ONNX); default: a shipped one")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
-    from mnemo_mpc.commands._args import add_realism_argument
+    from mnemo_mpc.commands._args import add_params_argument, add_realism_argument
 
+    add_params_argument(parser)
     add_realism_argument(parser)
 
 
 def config_from_args(args: argparse.Namespace) -> PipelineConfig:
     cfg = quick_config() if args.quick else PipelineConfig()
-    cfg = replace(cfg, seed=args.seed, model=args.model, clock=args.clock, realism=args.realism)
+    cfg = replace(cfg, seed=args.seed, model=args.model, clock=args.clock, params=args.params, realism=args.realism)
     if args.worlds is not None:
         cfg = replace(cfg, worlds=args.worlds)
     if args.stride is not None:
@@ -80,9 +83,10 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
 @dataclass
 class Solve:
     result: Any  # PlanResult
-    inference_s: float = 0.0
-    select_s: float = 0.0
+    inference_s: float = 0.0  # features + model + rollout
+    select_s: float = 0.0  # taking the start on the step (a prefetched one: its checks and re-anchoring rollout)
     start_used: str = ""
+    critical_inference: bool = True  # the inference ran on the step (False: during the previous period)
 
 
 def _percentiles(values: list[float], keys: tuple[str, ...]) -> dict[str, float]:
@@ -93,7 +97,7 @@ def _percentiles(values: list[float], keys: tuple[str, ...]) -> dict[str, float]
 
 
 def summarize(solves: list[Solve], clock: str) -> dict[str, Any]:
-    """bench sqp's summary of the solves, plus inference and total times and which start hybrid chose."""
+    """bench sqp's summary of the solves, plus inference and critical-path total times and which start was used."""
     from mnemo_mpc.bench.sqp import summarize as sqp_summary
 
     if not solves:
@@ -101,7 +105,10 @@ def summarize(solves: list[Solve], clock: str) -> dict[str, Any]:
     out = sqp_summary([(s.result, None) for s in solves], clock)
     solve_ms = [(s.result.cpu_time_s if clock == "cpu" else s.result.time_s) * 1e3 for s in solves]
     inference_ms = [s.inference_s * 1e3 for s in solves]
-    total = [a + b + s.select_s * 1e3 for a, b, s in zip(solve_ms, inference_ms, solves, strict=True)]
+    total = [  # the critical path: what the step waits for
+        a + (b if s.critical_inference else 0.0) + s.select_s * 1e3
+        for a, b, s in zip(solve_ms, inference_ms, solves, strict=True)
+    ]
     out["inference_ms"] = _percentiles(inference_ms, ("p50", "p95"))
     out["total_ms"] = _percentiles(total, ("p50", "p95", "p99"))
     used: dict[str, int] = {}
@@ -116,46 +123,57 @@ def run(cfg: PipelineConfig, progress: bool = True) -> dict:
     import numpy as np
     from tqdm import tqdm
 
-    from mnemo_mpc.nav.controller import Controller, ControllerConfig, WarmStartContext, choose_start
+    from mnemo_mpc.commands._args import load_params
+    from mnemo_mpc.nav.controller import WarmStartContext
     from mnemo_mpc.planning.global_path import plan_global_path
-    from mnemo_mpc.planning.robot import RobotModel
     from mnemo_mpc.planning.worlds import generate_world
-    from mnemo_mpc.sim.realism import realism_for
-    from mnemo_mpc.sim.simulator import SimConfig, Simulator
+    from mnemo_mpc.sim.profile import closed_loop_setup
+    from mnemo_mpc.sim.simulator import Simulator
     from mnemo_mpc.warmstart.runtime import WarmStartModel, find_model
 
-    robot = RobotModel()
-    path = cfg.model or find_model(robot, cfg.mpc.N, cfg.mpc.dt)
+    setup = closed_loop_setup(load_params(argparse.Namespace(params=cfg.params)), realism=cfg.realism)
+    robot = setup.robot
+    mpc_config = replace(setup.mpc, fallback=None)  # each start's own solve, no fallback solver behind it
+    path = cfg.model or find_model(robot, mpc_config.N, mpc_config.dt)
     if path is None:
-        raise InputError("bench pipeline: no warm-start model fits the robot (give --model FILE.onnx)")
-    model = WarmStartModel(path, robot, cfg.mpc.N, cfg.mpc.dt)
-    driver = Controller(robot, cfg.mpc, ControllerConfig(warm_start="shift"))
-    acc: dict[str, dict[str, list[Solve]]] = {m: {"fresh": [], "steady": []} for m in MODES}
+        raise InputError(
+            f"bench pipeline: no shipped warm-start model fits the robot of {cfg.params or 'the built-in robot'} "
+            "(train one: README 'Your own robot'; or give --model FILE.onnx)"
+        )
+    model = WarmStartModel(path, robot, mpc_config.N, mpc_config.dt)
+    driver = replace(setup, profile=replace(setup.profile, mpc=mpc_config)).controller("shift", None)
+    acc: dict[str, dict[str, list[Solve]]] = {m: {"fresh": [], "steady": []} for m in (*MODES, "learned_in_step")}
     errors: list[np.ndarray] = []
+    fitted = [0, 0]  # recorded steps whose prefetched prediction fitted the start, recorded steps
     t0 = time.perf_counter()
-    with Simulator(SimConfig(realism=realism_for(None, cfg.realism))) as sim:
+    with Simulator(setup.sim) as sim:
         for i in tqdm(range(cfg.worlds), desc="bench pipeline", disable=not progress):
-            world = generate_world(cfg.seed + i)
+            world = generate_world(cfg.seed + i, setup.world)
             gpath = plan_global_path(world.grid, world.start[:2], world.goal[:2], robot)
             goal = np.asarray(world.goal, dtype=float)
             driver.reset()
             obs = sim.reset(world)
+            before = None  # the last step's problem, as the controller would have predicted the next from it
             for k in range(cfg.max_steps):
                 prev = driver._last_plan if driver._plan_age == 0 else None
                 out = driver.step(obs.local_grid, obs.pose, obs.velocity, goal, global_path=gpath)
                 if out.status == "goal_reached" or obs.collision:
                     break
-                if (k == 0 or k % cfg.stride == 0) and out.field is not None and out.solve_error is None:
-                    mpc = driver.mpc(out.field.shape)
+                ctx = None
+                if out.field is not None and out.subgoal is not None and out.start_state is not None:
                     start = out.start_state  # what the step planned from (the prediction over the latency)
                     ctx = WarmStartContext(out.field, start[:3], start[3:], out.subgoal, out.reference)
-                    _record(mpc, model, ctx, prev, acc, errors, choose_start)
+                if (k == 0 or k % cfg.stride == 0) and ctx is not None and out.solve_error is None:
+                    mpc = driver.mpc(out.field.shape)
+                    fitted[1] += 1
+                    fitted[0] += _record(mpc, model, ctx, before, prev, acc, errors)
+                before = None if ctx is None else (ctx, out.plan, out.command)
                 obs = sim.step(float(out.command[0]), float(out.command[1]))
-    modes = {m: {kind: summarize(v, cfg.clock) for kind, v in acc[m].items() if v} for m in MODES}
+    modes = {m: {kind: summarize(v, cfg.clock) for kind, v in by.items() if v} for m, by in acc.items()}
     modes["shift"]["fresh"] = dict(modes["cold"]["fresh"], note="no previous solution: falls back to cold")
     # The hard fresh steps: those where the cold start needs >= 4 iterations (the paper's cold average is 4.78).
     hard = [i for i, s in enumerate(acc["cold"]["fresh"]) if s.result.iterations >= HARD_COLD_ITERATIONS]
-    for m in ("cold", "learned", "hybrid"):
+    for m in ("cold", "learned", "hybrid", "learned_in_step"):
         its = [acc[m]["fresh"][i].result.iterations for i in hard]
         modes[m]["fresh"]["where_cold_needs_4_or_more"] = {
             "n": len(hard),
@@ -167,9 +185,17 @@ def run(cfg: PipelineConfig, progress: bool = True) -> dict:
             "v": float(np.sqrt(np.mean(e[:, 0] ** 2))),
             "w": float(np.sqrt(np.mean(e[:, 1] ** 2))),
         }
+    ratios = {
+        "fresh_learned_vs_cold_total_p50": modes["learned"]["fresh"]["total_ms"]["p50"]
+        / modes["cold"]["fresh"]["total_ms"]["p50"],
+        "steady_hybrid_vs_shift_total_p50": modes["hybrid"]["steady"]["total_ms"]["p50"]
+        / modes["shift"]["steady"]["total_ms"]["p50"],
+    }
     config = asdict(cfg)
     config.update(
         {
+            "robot": cfg.params or "built-in",
+            "mpc": {"N": mpc_config.N, "dt": mpc_config.dt, "max_iter": mpc_config.max_iter},
             "model": model.describe(),
             "recorded_steps": {kind: len(acc["cold"][kind]) for kind in ("fresh", "steady")},
             "paper": {
@@ -185,11 +211,14 @@ def run(cfg: PipelineConfig, progress: bool = True) -> dict:
             "wall_s": time.perf_counter() - t0,
         }
     )
-    return {"config": config, "modes": modes}
+    prefetch = {"fitted": fitted[0], "recorded": fitted[1]}
+    return {"config": config, "modes": modes, "ratios": ratios, "prefetch": prefetch}
 
 
-def _record(mpc: Any, model: Any, ctx: Any, prev: Any, acc: dict, errors: list, choose_start: Any) -> None:
-    """Solve one recorded step's problem from every start (module docstring)."""
+def _record(mpc: Any, model: Any, ctx: Any, before: Any, prev: Any, acc: dict, errors: list) -> bool:
+    """Solve one recorded step's problem from every start (module docstring); True when the prefetched prediction
+    (made from `before`, the last step's problem, plan and command) fitted this step's start."""
+    from mnemo_mpc.nav.prefetch import Prefetcher, next_context
 
     def solve(start: Any, label: str) -> Any:
         return mpc.solve(
@@ -197,41 +226,58 @@ def _record(mpc: Any, model: Any, ctx: Any, prev: Any, acc: dict, errors: list, 
         )
 
     t = time.perf_counter()
-    learned = model(ctx)  # input features, the session, and the rollout of the predicted controls into a start
+    in_step = model(ctx)  # input features, the session, and the rollout of the predicted controls into a start
     infer_s = time.perf_counter() - t
+    prefetched, off_path_s, take_s = None, 0.0, 0.0
+    if before is not None:
+        here, plan, command = before
+        ahead = Prefetcher(model, mpc.robot, mpc.config.dt)
+        t = time.perf_counter()
+        ahead.submit(next_context(here, plan, command, mpc.robot, mpc.config.dt))
+        ahead._pending.future.exception()  # the previous period: the worker has finished before the step starts
+        off_path_s = time.perf_counter() - t
+        t = time.perf_counter()
+        prefetched = ahead.take(ctx)
+        take_s = time.perf_counter() - t
+        ahead.close()
     cold = Solve(solve(None, "cold"), start_used="cold")
     acc["cold"]["fresh"].append(cold)
-    acc["learned"]["fresh"].append(Solve(solve(learned, "learned"), infer_s, 0.0, "learned"))
+    acc["learned_in_step"]["fresh"].append(Solve(solve(in_step, "learned"), infer_s, 0.0, "learned"))
+    if prefetched is not None:
+        learned = Solve(solve(prefetched, "learned"), off_path_s, take_s, "learned_prefetched", False)
+    else:  # nothing predicted for this start: the controller runs the model on the step
+        learned = acc["learned_in_step"]["fresh"][-1]
+    acc["learned"]["fresh"].append(learned)
+    acc["hybrid"]["fresh"].append(learned)  # choose_start: no shift -> the learned start
     if cold.result.success:
-        errors.append(learned.controls - cold.result.controls)
-    t = time.perf_counter()
-    start, name = choose_start(mpc, ctx, None, learned)
-    acc["hybrid"]["fresh"].append(Solve(solve(start, "hybrid"), infer_s, time.perf_counter() - t, name))
-    if prev is None:
-        return
-    shift = prev.shifted()
-    acc["cold"]["steady"].append(cold)
-    acc["shift"]["steady"].append(Solve(solve(shift, "shift"), start_used="shift"))
-    acc["learned"]["steady"].append(acc["learned"]["fresh"][-1])
-    t = time.perf_counter()
-    start, name = choose_start(mpc, ctx, shift, learned)
-    acc["hybrid"]["steady"].append(Solve(solve(start, "hybrid"), infer_s, time.perf_counter() - t, name))
+        errors.append((prefetched if prefetched is not None else in_step).controls - cold.result.controls)
+    if prev is not None:
+        shift = Solve(solve(prev.shifted(), "shift"), start_used="shift")
+        acc["cold"]["steady"].append(cold)
+        acc["shift"]["steady"].append(shift)
+        acc["learned"]["steady"].append(learned)
+        acc["learned_in_step"]["steady"].append(acc["learned_in_step"]["fresh"][-1])
+        acc["hybrid"]["steady"].append(shift)  # choose_start: the shift, and no model on the step
+    return prefetched is not None
 
 
 def report(result: dict) -> str:
     lines = [
-        f"{'mode':8s} {'steps':6s} {'it mean':>7s} {'p50':>4s} {'p95':>4s} {'solve p50':>9s} {'infer p50':>9s} "
+        f"{'mode':15s} {'steps':6s} {'it mean':>7s} {'p50':>4s} {'p95':>4s} {'solve p50':>9s} {'infer p50':>9s} "
         f"{'total p50':>9s} {'p95':>6s} {'p99':>6s} {'success':>7s} {'feasible':>8s}"
     ]
     for mode, by in result["modes"].items():
         for kind, s in by.items():
             lines.append(
-                f"{mode:8s} {kind:6s} {s['iterations']['mean']:7.2f} {s['iterations']['p50']:4.0f} "
+                f"{mode:15s} {kind:6s} {s['iterations']['mean']:7.2f} {s['iterations']['p50']:4.0f} "
                 f"{s['iterations']['p95']:4.0f} {s['time_ms']['p50']:9.2f} {s['inference_ms']['p50']:9.3f} "
                 f"{s['total_ms']['p50']:9.2f} {s['total_ms']['p95']:6.2f} {s['total_ms']['p99']:6.2f} "
                 f"{s['success_rate']:7.3f} {s['feasible_rate']:8.3f}"
             )
-    hard = {m: result["modes"][m]["fresh"].get("where_cold_needs_4_or_more") for m in ("cold", "learned", "hybrid")}
+    hard = {
+        m: result["modes"][m]["fresh"].get("where_cold_needs_4_or_more")
+        for m in ("cold", "learned", "hybrid", "learned_in_step")
+    }
     if hard["cold"] and hard["cold"]["n"]:
         lines.append(
             f"fresh steps where cold needs >= 4 iterations ({hard['cold']['n']}): mean iterations "
@@ -240,4 +286,12 @@ def report(result: dict) -> str:
     e = result["modes"]["learned"]["fresh"].get("prediction_rms_error")
     if e:
         lines.append(f"learned prediction vs the step's optimum: RMS v {e['v']:.4f} m/s, w {e['w']:.4f} rad/s")
+    pf, r = result.get("prefetch"), result.get("ratios")
+    if pf:
+        lines.append(f"prefetched prediction fitted the step's start on {pf['fitted']} of {pf['recorded']} steps")
+    if r:
+        lines.append(
+            f"critical-path total p50, same run: fresh learned / cold {r['fresh_learned_vs_cold_total_p50']:.2f}, "
+            f"steady hybrid / shift {r['steady_hybrid_vs_shift_total_p50']:.2f}"
+        )
     return "\n".join(lines)

@@ -6,9 +6,10 @@ applied. Around that core this module adds what a robot needs and the paper does
 
 * the start (`ControllerConfig.warm_start`): "cold" (hold the pose), "shift" (the previous solution shifted one step,
   cold when there is none), "learned" (a warm-start provider, e.g. the spatial Mnemosyne ViT of
-  `mnemo_mpc.warmstart`, called with a `WarmStartContext`), or "hybrid": the shifted and the learned candidate (and
-  the cold one when there is no shift) compared on the NLP's own merit (`SQPMPC.merit`, cost + weighted constraint
-  violation), the better one kept, so never worse than the shift by that measure;
+  `mnemo_mpc.warmstart`, called with a `WarmStartContext`), or "hybrid": the shift when there is one, else the
+  learned start (`choose_start`: where a previous solution exists the shift needs ~1.1 iterations and costs nothing;
+  the model pays where there is none). The model runs off the critical path (`mnemo_mpc.nav.prefetch`): at the end of
+  each step it predicts the next step's start on a worker thread while the robot drives;
 * the global path -> sub-goal/reference (`mnemo_mpc.nav.reference`); with no path, a goal the grid has not seen as
   free yet is approached through the farthest known-free point on the line to it;
 * no global path (`ControllerConfig.plan_own_path`): while nothing seen lies on the straight line to the goal, the
@@ -48,6 +49,7 @@ from mnemo_mpc.nav.clearing import clear_robot_cells
 from mnemo_mpc.nav.maneuver import Maneuver, plan_maneuver
 from mnemo_mpc.nav.moving_obstacles import MovingObstacleConfig, MovingObstacles, stopping_reach
 from mnemo_mpc.nav.own_path import OwnPath
+from mnemo_mpc.nav.prefetch import Prefetcher, next_context
 from mnemo_mpc.nav.recovery import Behaviour, ProgressChecker
 from mnemo_mpc.nav.reference import regulated_speed, subgoal_and_reference, visible_subgoal
 from mnemo_mpc.nav.rotation_shim import RotationShim, ShimConfig
@@ -99,6 +101,8 @@ class ControllerConfig:
     reuse_previous_plan: bool = True  # on a failed solve, follow the previous plan while it stays collision-free
     # mnemo_mpc.warmstart.MODES (module docstring); "learned" and "hybrid" need a warm-start provider
     warm_start: str = "shift"
+    # Run the provider for the next step during this period (nav.prefetch); False: on the step, before its solve
+    prefetch_start: bool = True
     # Getting unstuck (issue 10 item 4; names after Nav2's planner server, progress checker and behaviours).
     plan_own_path: bool = True  # with no global path given, plan one on what the local grids have shown (own_path)
     planner_unknown_policy: str = "free"  # unseen cells for that path: "free" (explore) or "occupied" (known only)
@@ -237,6 +241,14 @@ class Controller:
         if self.config.warm_start in ("learned", "hybrid") and warm_start_provider is None:
             raise InputError(f"Controller: warm_start {self.config.warm_start!r} needs a warm-start provider (a model)")
         self._mpcs: dict[tuple[int, int], SQPMPC] = {}
+        self._prefetch = (
+            Prefetcher(lambda context: self.warm_start_provider(context), self.robot, self.mpc_config.dt)
+            if warm_start_provider is not None
+            and self.config.prefetch_start
+            and self.config.warm_start in ("learned", "hybrid")
+            else None
+        )
+        self._goal_changed = True  # this step's goal is not the last one's (set by _plan)
         self._path: np.ndarray | None = None
         self._progress = 0
         self._given_path_id: int | None = None
@@ -285,8 +297,11 @@ class Controller:
         if self._history is not None:
             self._history.reset()
         self._reset_recovery(None)
+        self._goal_changed = True
         if self._moving is not None:
             self._moving.reset()
+        if self._prefetch is not None:
+            self._prefetch.clear()
 
     def warm_up(self, grid_shape: tuple[int, int], resolution: float) -> float:
         """Build (or load) the NLP for `grid_shape`, the fallback solver and the warm-start model, and run one step on
@@ -371,6 +386,8 @@ class Controller:
             grid = clear_robot_cells(grid, self.robot, pose, reach, also_unknown_at=start_pose[None])
         out = self._plan(grid, start_pose, start_vel, goal, global_path, max_iter, t0)
         out.start_state = np.concatenate([start_pose, start_vel])
+        if self._prefetch is not None:
+            self._prefetch_next(out)
         if act is not None and history is not None:
             # The velocity to reach one step on -> the command a lagging drive needs for it, within the limits.
             out.command = self.robot.clip_control(act.command_for(out.command, start_vel, self.mpc_config.dt))
@@ -393,9 +410,12 @@ class Controller:
             self.set_global_path(global_path)
             self._given_path_id = id(global_path)
 
-        if self._goal is None or self._new_goal(goal, pose):
+        self._goal_changed = self._goal is None or self._new_goal(goal, pose)
+        if self._goal_changed:
             self._reset_recovery(goal)
             self._own.clear_path()
+            if self._prefetch is not None:
+                self._prefetch.clear()  # predicted for the old goal
         self._goal = goal.copy()  # the same goal re-expressed (a localiser's frame update) moves with it
         now = self._clock
         self._clock += self.mpc_config.dt
@@ -577,12 +597,30 @@ class Controller:
             ws = _shift_again(ws, self.robot, self.mpc_config.dt)
         return ws
 
+    def _prefetch_next(self, out: ControlOutput) -> None:
+        """Start the model on the next step's problem as this step predicts it (`nav.prefetch.next_context`): in
+        "learned" mode after every step that has a sub-goal, in "hybrid" only when the next step will have no shift
+        to start from (after a rotation to the path, a re-plan; the first step of a goal runs the model itself)."""
+        assert self._prefetch is not None
+        needed = self.config.warm_start == "learned" or self._last_plan is None  # hybrid: only where no shift will be
+        if not needed or out.field is None or out.subgoal is None or out.start_state is None:
+            self._prefetch.clear()
+            return
+        here = WarmStartContext(out.field, out.start_state[:3], out.start_state[3:], out.subgoal, out.reference)
+        self._prefetch.submit(next_context(here, out.plan, out.command, self.robot, self.mpc_config.dt))
+
     def _learned(self, context: WarmStartContext) -> WarmStart | None:
-        try:
-            guess = self.warm_start_provider(context)
-        except Exception as exc:  # a learned model must never take the controller down
-            log.warning("warm-start provider failed (%s: %s); not using it this step", type(exc).__name__, exc)
-            return None
+        """The learned start for this step: the prediction made during the last period when it fits this start
+        (`nav.prefetch`), else the provider run now."""
+        guess = self._prefetch.take(context) if self._prefetch is not None else None
+        if guess is None and self._prefetch is not None and self._prefetch.last_failed:
+            return None  # the provider raised on the worker (logged there): not again on the step
+        if guess is None:
+            try:
+                guess = self.warm_start_provider(context)
+            except Exception as exc:  # a learned model must never take the controller down
+                log.warning("warm-start provider failed (%s: %s); not using it this step", type(exc).__name__, exc)
+                return None
         n = self.mpc_config.N
         if guess is not None and (
             np.shape(guess.states) != (n + 1, 3)
@@ -598,9 +636,11 @@ class Controller:
         if mode == "cold":
             return None, "cold"
         shift = self._shifted()
-        learned = self._learned(context) if mode in ("learned", "hybrid") else None
         if mode == "hybrid":
-            return choose_start(self.mpc(context.field.shape), context, shift, learned)
+            if self._goal_changed:
+                shift = None  # planned towards another goal: this step is a fresh problem
+            return choose_start(shift, self._learned(context) if shift is None else None)
+        learned = self._learned(context) if mode == "learned" else None
         if learned is not None:
             return learned, "learned"
         return (shift, "shift") if shift is not None else (None, "cold")
@@ -874,35 +914,18 @@ def same_goal(a: np.ndarray, b: np.ndarray, tolerance_m: float, robot: np.ndarra
     return float(np.hypot(*(a[:2] - b[:2]))) <= reach and d_yaw <= SAME_GOAL_YAW_RAD
 
 
-def choose_start(
-    mpc: SQPMPC, context: WarmStartContext, shift: WarmStart | None, learned: WarmStart | None
-) -> tuple[WarmStart | None, str]:
-    """The "hybrid" start: the candidate (shift, learned, and cold when there is no shift) with the lowest merit
-    (`SQPMPC.merit`, f + sigma * constraint violation, sigma = max(1, 1.01 |lambda_g|_inf) of the shift's multipliers
-    as the SQP's line search would set it). The learned start inherits the shift's multipliers: they belong to this
-    problem too, and with a start at the optimum let the SQP stop at iteration 0."""
-    candidates: list[tuple[str, WarmStart | None]] = []
-    sigma = 1.0
+def choose_start(shift: WarmStart | None, learned: WarmStart | None) -> tuple[WarmStart | None, str]:
+    """The "hybrid" start: the shifted previous solution when there is one, else the learned start, else cold.
+
+    A rule, not a comparison: the shift converges in ~1.1 SQP iterations and costs nothing, the learned start is as
+    good there and costs an inference, and comparing the two on the NLP's merit cost ~0.5 ms a step for no iteration
+    gained (`bench pipeline`, issue 25). Where there is no previous solution -- a new goal, after a fallback or a
+    recovery -- the learned start saves the cold start's iterations."""
     if shift is not None:
-        candidates.append(("shift", shift))
-        if shift.lam_g is not None:
-            sigma = max(sigma, 1.01 * float(np.abs(shift.lam_g).max(initial=0.0)))
+        return shift, "shift"
     if learned is not None:
-        lam = (shift.lam_g, shift.lam_x) if shift is not None else (None, None)
-        candidates.append(("learned", WarmStart(learned.states, learned.controls, *lam)))
-    if shift is None:
-        candidates.append(("cold", None))
-    if len(candidates) == 1:
-        return candidates[0][1], candidates[0][0]
-    controls = [mpc.cold_start(context.pose).controls if ws is None else ws.controls for _, ws in candidates]
-    try:
-        merits = mpc.merit(
-            context.field, context.pose, context.velocity, context.subgoal, context.reference, controls, sigma
-        )
-    except InfeasibleProblemError:
-        return candidates[0][1], candidates[0][0]
-    name, ws = candidates[int(np.argmin(merits))]
-    return ws, name
+        return learned, "learned"
+    return None, "cold"
 
 
 def _shift_again(ws: WarmStart, robot: RobotModel, dt: float) -> WarmStart:

@@ -458,27 +458,6 @@ class SQPMPC:
             required_margin=self._start_margin(disc_d0, margin),
         )
 
-    def merit(
-        self,
-        field: DistanceField,
-        state: np.ndarray,
-        velocity: np.ndarray,
-        goal: np.ndarray,
-        reference: np.ndarray | None,
-        candidates: list[np.ndarray],
-        sigma: float = 1.0,
-    ) -> list[float]:
-        """The l1 merit f + sigma * (constraint violation) of candidate control sequences (N, 2) on this problem: the
-        SQP's own yardstick (`planning.sqp`), one compiled evaluation each (method "sqp" only). Compare candidate
-        starts with it; sigma should exceed the multipliers' size (the SQP uses 1.01 |lambda|_inf)."""
-        if self.config.method != "sqp":
-            raise InputError("SQPMPC.merit: needs method 'sqp' (the condensed NLP's merit function)")
-        state = _finite_vector(state, 3, "state (x, y, yaw)")
-        p = self.parameters(field, state, _finite_vector(velocity, 2, "velocity (v, w)"), goal, reference)
-        lbg = self._constraint_lower(self._bound_distances(field, state, self._disc_distances(field, state)))
-        xs = [np.asarray(u, dtype=float).reshape(-1) for u in candidates]
-        return self._sqp.merit(xs, p, self._lbx, self._ubx, lbg, self._ubg, sigma)
-
     # --- internals ----------------------------------------------------------------------------------------------
     def start_margin(self, field: DistanceField, state: np.ndarray, margin: float | None = None) -> float:
         """The footprint margin a motion from `state` must keep, as `solve` demands it: `margin` (default the safety

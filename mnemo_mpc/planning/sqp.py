@@ -152,27 +152,6 @@ class SQP:
         self.problem = problem
         self.nx, self.ng = int(problem.nx), int(problem.ng)
 
-    def merit(
-        self,
-        xs: list[np.ndarray],
-        p: np.ndarray,
-        lbx: np.ndarray,
-        ubx: np.ndarray,
-        lbg: np.ndarray,
-        ubg: np.ndarray,
-        sigma: float,
-    ) -> list[float]:
-        """The line search's l1 merit phi = f + sigma * (sum of bound violations of x and g(x)) at each x of `xs`: the
-        yardstick for comparing candidate starts of one problem."""
-        self.problem.set_parameters(p)
-        lb, ub = np.concatenate([lbx, lbg]), np.concatenate([ubx, ubg])
-        out = []
-        for x in xs:
-            f, g = self.problem.merit(x)
-            z = np.concatenate([x, g])
-            out.append(float(f + sigma * np.maximum(np.maximum(lb - z, z - ub), 0.0).sum()))
-        return out
-
     def solve(
         self,
         x0: np.ndarray,

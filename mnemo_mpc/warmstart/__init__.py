@@ -4,9 +4,10 @@
 sub-goal and reference), `model` is the ViT whose attention is Mnemosyne's bidirectional compact associative memory,
 `data` builds training arrays from a collected store, `train` fits it, `compare` sets runs side by side, `export`
 writes ONNX with its metadata and `runtime` runs it with onnxruntime. Which start a solve gets (`MODES`) is the
-controller's choice (`mnemo_mpc.nav.controller`, `choose_start` for "hybrid").
+controller's choice (`mnemo_mpc.nav.controller`, `choose_start` for "hybrid"); the model runs off the control step
+(`mnemo_mpc.nav.prefetch`).
 """
 
-# The SQP's start: hold the pose, the shifted previous solution, the model's prediction, or the better of the last
-# two on the NLP's merit. Kept here, import-light, for the command lines and the node's parameters.
+# The SQP's start: hold the pose, the shifted previous solution, the model's prediction, or the shift where there is one
+# and the prediction where there is none. Kept here, import-light, for the command lines and the node's parameters.
 MODES = ("cold", "shift", "learned", "hybrid")

@@ -1,0 +1,124 @@
+"""The learned start off the critical path: the next step's start, predicted during this period (issue 25).
+
+The model's inference -- input features, the onnxruntime session, the rollout into a start: 0.4-1.2 ms on this CPU --
+ran inside the control step, before the solve it serves, and cost more than the iterations it saved. Now, at the end
+of each step, the controller hands the model the next step's problem as this step predicts it: the plan's state one
+knot ahead (where the next step plans from while the robot follows the plan), this step's distance field and
+sub-goal, and the reference advanced by one knot. A worker thread runs it while the robot drives (onnxruntime releases
+the GIL, so it runs on the second core), and the next step finds the prediction ready.
+
+The next step takes it when it was made for a start within `max_offset_m` and `max_offset_rad` of its own, on a grid of
+the same shape, and rolls the predicted controls out from its own start (a start must satisfy the dynamics from the
+actual state; ~20 us). Otherwise -- the first step of a goal, a pose that jumped (a localiser fix, a recovery) --
+there is no prediction, and the controller runs the model on the step, as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mnemo_mpc.planning.mpc import WarmStart
+from mnemo_mpc.planning.robot import RobotModel
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Pending:
+    future: Future
+    pose: np.ndarray  # the start the prediction was made for
+    shape: tuple[int, int]
+
+
+class Prefetcher:
+    """One worker thread running `provider(context) -> WarmStart | None` for the step after this one."""
+
+    def __init__(
+        self,
+        provider: Callable[[Any], Any],
+        robot: RobotModel,
+        dt: float,
+        max_offset_m: float = 0.25,
+        max_offset_rad: float = 0.35,
+    ) -> None:
+        self.provider, self.robot, self.dt = provider, robot, float(dt)
+        self.max_offset_m, self.max_offset_rad = float(max_offset_m), float(max_offset_rad)
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: _Pending | None = None
+        self.last_wait_s = 0.0  # how long `take` waited for the worker (the critical path's share of the inference)
+        self.last_failed = False  # the last `take` found the provider had raised
+
+    def submit(self, context: Any) -> None:
+        """Start predicting the start for `context` (the next step's problem); a prediction not yet taken is dropped."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mnemo-warm-start")
+        self._pending = _Pending(
+            self._pool.submit(self.provider, context),
+            np.asarray(context.pose, dtype=float).copy(),
+            tuple(context.field.shape),
+        )
+
+    def take(self, context: Any, timeout_s: float = 0.0) -> Any:
+        """The prediction made for this step's `context`, its controls rolled out from `context.pose`; None when there
+        is none, it was made for another start or grid, or it is not ready within `timeout_s`."""
+        pending, self._pending = self._pending, None
+        self.last_wait_s, self.last_failed = 0.0, False
+        if pending is None or tuple(context.field.shape) != pending.shape:
+            return None
+        pose = np.asarray(context.pose, dtype=float)
+        yaw_off = abs((pose[2] - pending.pose[2] + np.pi) % (2 * np.pi) - np.pi)
+        if float(np.hypot(*(pose[:2] - pending.pose[:2]))) > self.max_offset_m or yaw_off > self.max_offset_rad:
+            pending.future.cancel()
+            return None
+        t0 = time.perf_counter()
+        try:
+            guess = pending.future.result(timeout=timeout_s)
+        except TimeoutError:
+            log.debug("the prefetched start was not ready; the step runs the model itself")
+            return None
+        except Exception as exc:  # a learned model must never take the controller down
+            self.last_failed = True
+            log.warning("prefetched warm start failed (%s: %s); not using it this step", type(exc).__name__, exc)
+            return None
+        finally:
+            self.last_wait_s = time.perf_counter() - t0
+        if guess is None:
+            return None
+        controls = np.asarray(guess.controls, dtype=float)
+        return WarmStart(self.robot.rollout(pose, controls, self.dt), controls)
+
+    def clear(self) -> None:
+        """Drop any prediction (a new goal, a reset)."""
+        if self._pending is not None:
+            self._pending.future.cancel()
+        self._pending = None
+
+    def close(self) -> None:
+        self.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+def next_context(context: Any, plan: Any, command: np.ndarray, robot: RobotModel, dt: float) -> Any:
+    """The next step's problem as this step predicts it: the start one period on -- the plan's state one knot ahead
+    (without a plan, `command` applied for one period) moving at `command`, the velocity the step sent -- the same
+    field and sub-goal, the reference advanced one knot."""
+    from mnemo_mpc.nav.controller import WarmStartContext
+
+    velocity = np.asarray(command, dtype=float).copy()
+    if plan is not None and plan.success:
+        pose = np.asarray(plan.states[1], dtype=float)
+    else:
+        pose = robot.step(np.asarray(context.pose, dtype=float), velocity, dt)
+    reference = context.reference
+    if reference is not None:
+        reference = np.concatenate([reference[1:], reference[-1:]], axis=0)
+    return WarmStartContext(context.field, pose, velocity, context.subgoal, reference)
