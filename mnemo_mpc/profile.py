@@ -23,7 +23,7 @@ import yaml
 
 from mnemo_mpc.errors import InputError
 from mnemo_mpc.safe_io import load_yaml
-from mnemo_mpc.warmstart import MODES
+from mnemo_mpc.warmstart import MODES, SQP_MODES
 
 NODE_NAME = "mnemo_mpc_nav"
 # Share of the control period one SQP solve may take (wall clock, checked after each iteration): the rest of the tick
@@ -171,6 +171,11 @@ class NavParams:
         "auto", "SQP start: cold, shift, learned, hybrid, or auto (hybrid when a model fits the robot, else shift)"
     )
     warm_start_model: str = param("", "warm-start model (ONNX); empty: a shipped model that fits the robot")
+    sqp_mode: str = param(
+        "full",
+        "'full': SQP iterations to convergence (up to max_iter) each tick; 'rti': one iteration per tick from the "
+        "start (real-time iteration), its iterate sent when it keeps the footprint collision-free",
+    )
     # The robot as it really moves (issue 24; mnemo_mpc.sim.realism simulates it, `mnemo-mpc identify` measures it). The
     # controller predicts over the latency and inverts the lags when compensate_dynamics is on; 0 / 1: ideal.
     compensate_dynamics: bool = param(
@@ -240,6 +245,8 @@ class NavParams:
             raise InputError(
                 f"parameter warm_start: expected auto, cold, shift, learned or hybrid, got {self.warm_start!r}"
             )
+        if self.sqp_mode not in SQP_MODES:
+            raise InputError(f"parameter sqp_mode: expected one of {SQP_MODES}, got {self.sqp_mode!r}")
         if self.sqp_method not in ("sqp", "sqpmethod"):
             raise InputError(f"parameter sqp_method: expected 'sqp' or 'sqpmethod', got {self.sqp_method!r}")
         if self.unknown_policy not in ("occupied", "free"):
@@ -389,6 +396,7 @@ class NavParams:
             "goal_tolerance_m": self.goal_tolerance_m,
             "unknown_policy": self.unknown_policy,
             "actuation": self.actuation(),
+            "sqp_mode": self.sqp_mode,
         }
         return ControllerConfig(**{**values, **overrides})
 

@@ -512,6 +512,8 @@ def test_mpc_config_rejects_bad_values_naming_the_field(field, value):
         ("unknown_policy", "maybe"),
         ("reuse_previous_plan", "no"),
         ("warm_start", "warm"),
+        ("prefetch_start", "yes"),
+        ("sqp_mode", "two"),
     ],
 )
 def test_controller_config_rejects_bad_values_naming_the_field(field, value):

@@ -245,3 +245,25 @@ def test_kinematic_closed_loop_reaches_goal_around_obstacle(controller):
         assert DistanceField(grid).distance(pose[:2]) >= controller.robot.radius
     assert out.status == "goal_reached"
     assert sources == {"cold", "shift"}
+
+
+def test_rti_runs_one_iteration_a_tick_and_continues_from_its_iterate():
+    """sqp_mode "rti": every solve stops after one SQP iteration, without the fallback solver behind it; an iterate
+    that is not converged but keeps the footprint clear is sent (flag "rti_iterate") and is what the next tick
+    shifts; one that is not clear is a failed solve."""
+    c = Controller(RobotModel(), MPCConfig(), ControllerConfig(sqp_mode="rti", rotation_shim=None))
+    assert c.mpc_config.fallback is not None  # the profile's fallback solver exists, and RTI does not use it
+    grid, goal, pose, vel = room(), np.array([2.6, 2.6, 0.0]), np.array([0.4, 0.4, 0.0]), np.zeros(2)
+    iterates = 0
+    for _ in range(40):
+        out = c.step(grid, pose, vel, goal)
+        assert out.plan.iterations <= 1 and not out.plan.used_fallback
+        if "rti_iterate" in out.flags:
+            iterates += 1
+            assert out.status == "planned" and c._last_plan is out.plan and out.plan.status == "max_iter"
+        else:
+            assert out.plan.success or out.status.startswith("fallback")
+        pose, vel = c.robot.step(pose, out.command, c.mpc_config.dt), out.command
+    assert iterates > 0
+    with pytest.raises(InputError, match="sqp_mode"):
+        ControllerConfig(sqp_mode="two")

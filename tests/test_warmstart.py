@@ -228,7 +228,11 @@ def test_bench_pipeline_and_the_study_run_on_a_model(exported, tmp_path, monkeyp
 
     _, path, _ = exported
     result = run(PipelineConfig(worlds=1, stride=10, max_steps=60, model=str(path)), progress=False)
-    assert set(result["modes"]) == {"cold", "shift", "learned", "hybrid", "learned_in_step"}
+    assert set(result["modes"]) == {"cold", "shift", "learned", "hybrid", "learned_in_step", "rti"}
+    assert (
+        result["modes"]["rti"]["steady"]["iterations"]["p95"] == 1.0
+        and "cost_gap_rel" in result["modes"]["rti"]["fresh"]
+    )
     for mode, by in result["modes"].items():
         assert set(by) == {"fresh", "steady"}, mode
         for s in by.values():

@@ -14,7 +14,10 @@ reference) is solved once per start:
   above), `hybrid` (the rule takes the shift: the same solve, and no model on the step).
 
 `learned_in_step` is the start as the controller took it before issue 25: the model run on the step from the step's
-own problem (input features, session, rollout), before the solve.
+own problem (input features, session, rollout), before the solve. `rti` is `ControllerConfig.sqp_mode` "rti": one
+SQP iteration from the hybrid's start (fresh: the learned start; steady: the shift); its `cost_gap_rel` is over every
+iterate, converged or not, against the step's optimum (the cold solve's, where it converged), and `feasible_rate`
+over every iterate too.
 
 Each summary has the SQP benchmark's keys (iterations, time, time per iteration, success, feasibility) plus
 `inference_ms` (features + model + rollout, wherever it ran) and `total_ms`, the critical path: what the step waits
@@ -87,6 +90,7 @@ class Solve:
     select_s: float = 0.0  # taking the start on the step (a prefetched one: its checks and re-anchoring rollout)
     start_used: str = ""
     critical_inference: bool = True  # the inference ran on the step (False: during the previous period)
+    optimum_cost: float | None = None  # the step's converged cost (rti: its suboptimality is measured against it)
 
 
 def _percentiles(values: list[float], keys: tuple[str, ...]) -> dict[str, float]:
@@ -142,7 +146,9 @@ def run(cfg: PipelineConfig, progress: bool = True) -> dict:
         )
     model = WarmStartModel(path, robot, mpc_config.N, mpc_config.dt)
     driver = replace(setup, profile=replace(setup.profile, mpc=mpc_config)).controller("shift", None)
-    acc: dict[str, dict[str, list[Solve]]] = {m: {"fresh": [], "steady": []} for m in (*MODES, "learned_in_step")}
+    acc: dict[str, dict[str, list[Solve]]] = {
+        m: {"fresh": [], "steady": []} for m in (*MODES, "learned_in_step", "rti")
+    }
     errors: list[np.ndarray] = []
     fitted = [0, 0]  # recorded steps whose prefetched prediction fitted the start, recorded steps
     t0 = time.perf_counter()
@@ -171,6 +177,12 @@ def run(cfg: PipelineConfig, progress: bool = True) -> dict:
                 obs = sim.step(float(out.command[0]), float(out.command[1]))
     modes = {m: {kind: summarize(v, cfg.clock) for kind, v in by.items() if v} for m, by in acc.items()}
     modes["shift"]["fresh"] = dict(modes["cold"]["fresh"], note="no previous solution: falls back to cold")
+    for kind, solves in acc["rti"].items():  # every iterate's suboptimality and feasibility, converged or not
+        gaps = [(s.result.cost - s.optimum_cost) / max(abs(s.optimum_cost), 1e-9) for s in solves if s.optimum_cost]
+        if gaps:
+            modes["rti"][kind]["cost_gap_rel"] = _percentiles(np.abs(gaps).tolist(), ("p50", "p95", "p99"))
+            modes["rti"][kind]["cost_gap_rel"]["max"] = float(np.max(np.abs(gaps)))
+        modes["rti"][kind]["feasible_rate"] = float(np.mean([bool(s.result.feasible) for s in solves]))
     # The hard fresh steps: those where the cold start needs >= 4 iterations (the paper's cold average is 4.78).
     hard = [i for i, s in enumerate(acc["cold"]["fresh"]) if s.result.iterations >= HARD_COLD_ITERATIONS]
     for m in ("cold", "learned", "hybrid", "learned_in_step"):
@@ -220,9 +232,16 @@ def _record(mpc: Any, model: Any, ctx: Any, before: Any, prev: Any, acc: dict, e
     (made from `before`, the last step's problem, plan and command) fitted this step's start."""
     from mnemo_mpc.nav.prefetch import Prefetcher, next_context
 
-    def solve(start: Any, label: str) -> Any:
+    def solve(start: Any, label: str, max_iter: int | None = None) -> Any:
         return mpc.solve(
-            ctx.field, ctx.pose, ctx.velocity, ctx.subgoal, ctx.reference, warm_start=start, start_label=label
+            ctx.field,
+            ctx.pose,
+            ctx.velocity,
+            ctx.subgoal,
+            ctx.reference,
+            warm_start=start,
+            start_label=label,
+            max_iter=max_iter,
         )
 
     t = time.perf_counter()
@@ -249,8 +268,13 @@ def _record(mpc: Any, model: Any, ctx: Any, before: Any, prev: Any, acc: dict, e
         learned = acc["learned_in_step"]["fresh"][-1]
     acc["learned"]["fresh"].append(learned)
     acc["hybrid"]["fresh"].append(learned)  # choose_start: no shift -> the learned start
+    optimum = cold.result.cost if cold.result.success else None
     if cold.result.success:
         errors.append((prefetched if prefetched is not None else in_step).controls - cold.result.controls)
+    start = prefetched if prefetched is not None else in_step
+    rti = Solve(solve(start, "rti", 1), learned.inference_s, learned.select_s, "learned", learned.critical_inference)
+    rti.optimum_cost = optimum
+    acc["rti"]["fresh"].append(rti)
     if prev is not None:
         shift = Solve(solve(prev.shifted(), "shift"), start_used="shift")
         acc["cold"]["steady"].append(cold)
@@ -258,6 +282,7 @@ def _record(mpc: Any, model: Any, ctx: Any, before: Any, prev: Any, acc: dict, e
         acc["learned"]["steady"].append(learned)
         acc["learned_in_step"]["steady"].append(acc["learned_in_step"]["fresh"][-1])
         acc["hybrid"]["steady"].append(shift)  # choose_start: the shift, and no model on the step
+        acc["rti"]["steady"].append(Solve(solve(prev.shifted(), "rti", 1), start_used="shift", optimum_cost=optimum))
     return prefetched is not None
 
 

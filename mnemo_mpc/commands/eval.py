@@ -15,7 +15,7 @@ from typing import Any
 
 from mnemo_mpc.commands import _args
 from mnemo_mpc.errors import InputError
-from mnemo_mpc.warmstart import MODES
+from mnemo_mpc.warmstart import MODES, SQP_MODES
 
 # Keys of one scenario: the required ones, then the optional ones ("name" and "source" describe it for people).
 SCENARIO_KEYS = ("map", "start", "goal")
@@ -61,15 +61,25 @@ def add_warmstart_arguments(p: argparse.ArgumentParser) -> None:
         "--warmstart",
         choices=MODES,
         default=None,
-        help="SQP start: hold the pose, the shifted previous plan, the learned model, or the better of the last two "
-        "(default: hybrid when a shipped model fits the robot, else shift)",
+        help="SQP start: hold the pose, the shifted previous plan, the learned model, or the shift where there is "
+        "one and the learned start where there is none (default: hybrid when a shipped model fits the robot, else "
+        "shift)",
     )
     p.add_argument("--model", default=None, help="warm-start model (ONNX); default: a shipped one that fits the robot")
+    p.add_argument(
+        "--sqp-mode",
+        choices=SQP_MODES,
+        default=None,
+        help="SQP iterations per tick: to convergence (full), or one (rti: real-time iteration, its iterate sent when "
+        "collision-free) (default: the profile's sqp_mode, full)",
+    )
 
 
 def warmstart_controller(args: argparse.Namespace, setup: Any, **config: Any) -> Any:
     """The profile's Controller (`ClosedLoopSetup.controller`) with the warm start the flags ask for (see
     `add_warmstart_arguments`; without them, the profile's `warm_start`)."""
+    if getattr(args, "sqp_mode", None) is not None:
+        config["sqp_mode"] = args.sqp_mode
     return setup.controller(args.warmstart, args.model, **config)
 
 
@@ -254,6 +264,7 @@ def handler(args: argparse.Namespace) -> int:
         "min_clearance_p5_m": _p5(clearances),
         "min_clearance_min_m": round(min(clearances), 4) if clearances else None,
         "warmstart": controller.config.warm_start,
+        "sqp_mode": controller.config.sqp_mode,
         "model": getattr(controller.warm_start_provider, "describe", lambda: None)(),
         "starts_used": starts,
         "step_iterations": percentiles(all_iters, 3),

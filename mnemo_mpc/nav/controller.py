@@ -59,7 +59,7 @@ from mnemo_mpc.planning.global_path import inflation_radius
 from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.planning.mpc import SQPMPC, MPCConfig, PlanResult, WarmStart
 from mnemo_mpc.planning.robot import RobotModel
-from mnemo_mpc.warmstart import MODES
+from mnemo_mpc.warmstart import MODES, SQP_MODES
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,10 @@ class ControllerConfig:
     warm_start: str = "shift"
     # Run the provider for the next step during this period (nav.prefetch); False: on the step, before its solve
     prefetch_start: bool = True
+    # mnemo_mpc.warmstart.SQP_MODES: "full" iterates to convergence (up to MPCConfig.max_iter); "rti" runs one SQP
+    # iteration per tick from the start (real-time iteration: the next tick starts from this iterate, shifted) and
+    # sends its first control when the iterate keeps the footprint collision-free, else falls back as a failed solve
+    sqp_mode: str = "full"
     # Getting unstuck (issue 10 item 4; names after Nav2's planner server, progress checker and behaviours).
     plan_own_path: bool = True  # with no global path given, plan one on what the local grids have shown (own_path)
     planner_unknown_policy: str = "free"  # unseen cells for that path: "free" (explore) or "occupied" (known only)
@@ -137,6 +141,8 @@ class ControllerConfig:
     def __post_init__(self) -> None:
         if self.warm_start not in MODES:
             raise InputError(f"ControllerConfig.warm_start: expected one of {MODES}, got {self.warm_start!r}")
+        if self.sqp_mode not in SQP_MODES:
+            raise InputError(f"ControllerConfig.sqp_mode: expected one of {SQP_MODES}, got {self.sqp_mode!r}")
         if self.unknown_policy not in UNKNOWN_POLICIES:
             raise InputError(
                 f"ControllerConfig.unknown_policy: expected one of {UNKNOWN_POLICIES}, got {self.unknown_policy!r}"
@@ -151,7 +157,13 @@ class ControllerConfig:
             raise InputError(
                 f"ControllerConfig.subgoal_clearance_m: expected metres >= 0, got {self.subgoal_clearance_m!r}"
             )
-        for name in ("reuse_previous_plan", "plan_own_path", "plan_own_path_async", "clear_footprint"):
+        for name in (
+            "reuse_previous_plan",
+            "prefetch_start",
+            "plan_own_path",
+            "plan_own_path_async",
+            "clear_footprint",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"ControllerConfig.{name}: expected True or False, got {getattr(self, name)!r}")
         if self.planner_unknown_policy not in UNKNOWN_POLICIES:
@@ -501,6 +513,9 @@ class Controller:
                 )
         context = WarmStartContext(field_, pose, velocity, np.asarray(subgoal, dtype=float), reference)
         warm, source = self._warm_start(context)
+        rti = cfg.sqp_mode == "rti"
+        if rti and max_iter is None:
+            max_iter = 1
         plan: PlanResult | None = None
         solve_error = None
         try:
@@ -514,6 +529,7 @@ class Controller:
                 max_iter=max_iter,
                 start_label=source,
                 margin=margin,
+                use_fallback=not rti,
             )
         except StartInCollisionError as exc:
             solve_error = str(exc)
@@ -531,6 +547,16 @@ class Controller:
         if plan is not None and plan.success:
             command = plan.controls[0].copy()
             status = "planned"
+            self._last_plan, self._plan_age = plan, 0
+        elif (
+            rti
+            and plan is not None
+            and plan.status in UNFINISHED
+            and self._plan_safe(field_, pose, plan.controls, margin)
+        ):
+            command = plan.controls[0].copy()  # the real-time iterate, checked as a fallback's would be
+            status = "planned"
+            flags.append("rti_iterate")
             self._last_plan, self._plan_age = plan, 0
         else:
             flags.append("solve_failed")

@@ -372,6 +372,7 @@ class SQPMPC:
         max_iter: int | None = None,
         start_label: str | None = None,
         margin: float | None = None,
+        use_fallback: bool = True,
     ) -> PlanResult:
         """Plan from `state` with current `velocity` (v, w) towards `goal` (x, y, yaw), tracking `reference`.
 
@@ -380,8 +381,10 @@ class SQPMPC:
         (`mnemo_mpc.nav.controller`); None keeps the robot's margin.
 
         `reference` is (N+1, 2|3) map-frame points for knots 0..N (row 0 is ignored) or None to track the goal at
-        every knot. `warm_start` None means the cold start (hold the pose). Returns a PlanResult; a failed solve has
-        `success=False` and finite arrays (the last iterate when finite, else the hold-pose guess).
+        every knot. `warm_start` None means the cold start (hold the pose). `use_fallback` False skips the fallback
+        solver (`MPCConfig.fallback`) for this solve (a real-time iteration wants its one iterate, not a full solve).
+        Returns a PlanResult; a failed solve has `success=False` and finite arrays (the last iterate when finite, else
+        the hold-pose guess).
         """
         t_wall = time.perf_counter()
         cfg, robot = self.config, self.robot
@@ -426,7 +429,7 @@ class SQPMPC:
         lbg = self._constraint_lower(self._bound_distances(field, state, disc_d0), margin)
         solve = self._solve_sqp if cfg.method == "sqp" else self._solve_sqpmethod
         out = solve(state, guess, p, lbg, cfg.max_iter if max_iter is None else max_iter)
-        if not out["success"] and cfg.fallback is not None:
+        if not out["success"] and cfg.fallback is not None and use_fallback:
             out = self._solve_fallback(out, state, guess, p, lbg)
         states, controls = out["states"], out["controls"]
         if not (np.all(np.isfinite(states)) and np.all(np.isfinite(controls))):

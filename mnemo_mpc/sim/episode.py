@@ -258,6 +258,7 @@ def run_episode(
         "first_move_s": _first_move_s(driven_arr, controller.mpc_config.dt),
         "fallback_steps": int(sum(s["status"].startswith("fallback") for s in steps)),
         "clipped_steps": int(sum(any(f.startswith("clipped") for f in s["flags"]) for s in steps)),
+        "rti_iterate_steps": int(sum("rti_iterate" in s["flags"] for s in steps)),  # sqp_mode rti, not converged
         "iterations": percentiles(iters, 3),
         "solve_time_ms": percentiles(np.asarray(times) * 1e3, 3),
         # The controller's whole step (distance field, references, warm start, solve, fallback, checks) against the
