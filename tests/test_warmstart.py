@@ -365,3 +365,21 @@ def test_torchrun_trains_data_parallel_on_two_cpu_processes(store, tmp_path):
     history = json.loads((out / "history.json").read_text())
     assert [h["epoch"] for h in history] == [1, 2] and history[-1]["val_loss"] > 0
     assert Path(out / "best.pt").exists()
+
+
+def test_auto_says_in_one_line_why_no_shipped_model_fits(exported, tmp_path, monkeypatch, caplog):
+    """`auto` on a robot no shipped model was trained for: shift, and one log line naming each model and the first
+    field that differs."""
+    from mnemo_mpc.warmstart.runtime import resolve
+
+    _, path, _ = exported
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "disc.onnx").write_bytes(path.read_bytes())
+    monkeypatch.setenv("MNEMO_MPC_MODELS", str(models))
+    with caplog.at_level(logging.INFO, logger="mnemo_mpc.warmstart.runtime"):
+        assert resolve(None, None, ROBOT, 30, 0.05) == ("shift", None)
+    lines = [r.getMessage() for r in caplog.records if "no shipped model fits" in r.getMessage()]
+    assert len(lines) == 1 and "disc.onnx" in lines[0] and "dt=0.05" in lines[0]
+    mode, model = resolve(None, None, ROBOT, 30, 0.1)
+    assert mode == "hybrid" and model is not None

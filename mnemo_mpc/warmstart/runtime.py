@@ -400,8 +400,9 @@ def model_dirs() -> list[Path]:
     return share_dirs("models")
 
 
-def find_model(robot: RobotModel, n: int, dt: float) -> Path | None:
-    """The first shipped model trained for this robot, horizon and step (metadata checked), or None."""
+def find_model(robot: RobotModel, n: int, dt: float, why_not: list[str] | None = None) -> Path | None:
+    """The first shipped model trained for this robot, horizon and step (metadata checked), or None; `why_not`
+    collects, per model that does not fit, the first field that differs."""
     for d in model_dirs():
         for path in sorted(d.glob("*.onnx")):
             try:
@@ -413,6 +414,8 @@ def find_model(robot: RobotModel, n: int, dt: float) -> Path | None:
                 check_compatible(info, robot, n, dt)
             except InputError as exc:  # a good model for another robot or horizon: the normal case, not news
                 log.debug("model %s does not fit: %s", path, exc)
+                if why_not is not None:
+                    why_not.append(f"{path.name}: {str(exc).removeprefix(f'{path}: ')}")
                 continue
             return path
     return None
@@ -421,9 +424,15 @@ def find_model(robot: RobotModel, n: int, dt: float) -> Path | None:
 def resolve(mode: str | None, model: str | None, robot: RobotModel, n: int, dt: float) -> tuple[str, Any]:
     """(warm-start mode, provider or None) for a command line: `mode` None means "hybrid" when a model is given or a
     shipped one fits the robot, else "shift"; "learned"/"hybrid" without a usable model is an error."""
-    path = Path(model) if model else find_model(robot, n, dt)
+    why_not: list[str] = []
+    path = Path(model) if model else find_model(robot, n, dt, why_not)
     if mode is None:
         mode = "hybrid" if path is not None else "shift"
+        if path is None:  # one line: why no shipped model serves this robot
+            log.info(
+                "warm start shift: no shipped model fits this robot (%s)",
+                f"{len(why_not)} looked at; {'; '.join(why_not)}" if why_not else f"none in {model_dirs()}",
+            )
     if mode in ("cold", "shift"):
         return mode, None
     if path is None:
