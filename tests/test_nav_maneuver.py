@@ -139,7 +139,8 @@ def _drive_from_wedged(order: tuple[str, ...]) -> bool:
     import unittest.mock
 
     profile = jackal()
-    controller = profile.controller(progress_timeout_s=2.0, actuation=None)  # the ideal robot: no lag to invert
+    # the ideal robot (no lag to invert), the shift start: the subject is the manoeuvre, not the model
+    controller = profile.controller("shift", None, progress_timeout_s=2.0, actuation=None)
     grid = clearing_and_lane()
     xs, ys = grid.cell_centers()
     occupied = np.column_stack([xs[grid.occupied_mask()], ys[grid.occupied_mask()]])
