@@ -75,3 +75,9 @@ def test_wildcard_and_named_entries_apply_the_named_one_wins(tmp_path):
     assert params.v_max == 0.3
     f.write_text(f"{NODE_NAME}:\n  ros__parameters:\n    max_iter: 5\n")
     assert NavParams.from_yaml(f).max_iter == 5
+
+
+def test_sqp_mode_is_full_or_rti_and_reaches_the_controller():
+    with pytest.raises(InputError, match="sqp_mode"):
+        NavParams(sqp_mode="two")
+    assert NavParams(sqp_mode="rti").controller_config().sqp_mode == "rti"

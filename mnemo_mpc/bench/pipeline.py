@@ -129,6 +129,7 @@ def run(cfg: PipelineConfig, progress: bool = True) -> dict:
 
     from mnemo_mpc.commands._args import load_params
     from mnemo_mpc.nav.controller import WarmStartContext
+    from mnemo_mpc.nav.prefetch import Prefetcher
     from mnemo_mpc.planning.global_path import plan_global_path
     from mnemo_mpc.planning.worlds import generate_world
     from mnemo_mpc.sim.profile import closed_loop_setup
@@ -146,6 +147,7 @@ def run(cfg: PipelineConfig, progress: bool = True) -> dict:
         )
     model = WarmStartModel(path, robot, mpc_config.N, mpc_config.dt)
     driver = replace(setup, profile=replace(setup.profile, mpc=mpc_config)).controller("shift", None)
+    ahead = Prefetcher(model, robot, mpc_config.dt)  # one worker thread for the run, as the controller keeps one
     acc: dict[str, dict[str, list[Solve]]] = {
         m: {"fresh": [], "steady": []} for m in (*MODES, "learned_in_step", "rti")
     }
@@ -172,9 +174,10 @@ def run(cfg: PipelineConfig, progress: bool = True) -> dict:
                 if (k == 0 or k % cfg.stride == 0) and ctx is not None and out.solve_error is None:
                     mpc = driver.mpc(out.field.shape)
                     fitted[1] += 1
-                    fitted[0] += _record(mpc, model, ctx, before, prev, acc, errors)
+                    fitted[0] += _record(mpc, model, ahead, ctx, before, prev, acc, errors)
                 before = None if ctx is None else (ctx, out.plan, out.command)
                 obs = sim.step(float(out.command[0]), float(out.command[1]))
+    ahead.close()
     modes = {m: {kind: summarize(v, cfg.clock) for kind, v in by.items() if v} for m, by in acc.items()}
     modes["shift"]["fresh"] = dict(modes["cold"]["fresh"], note="no previous solution: falls back to cold")
     for kind, solves in acc["rti"].items():  # every iterate's suboptimality and feasibility, converged or not
@@ -227,10 +230,11 @@ def run(cfg: PipelineConfig, progress: bool = True) -> dict:
     return {"config": config, "modes": modes, "ratios": ratios, "prefetch": prefetch}
 
 
-def _record(mpc: Any, model: Any, ctx: Any, before: Any, prev: Any, acc: dict, errors: list) -> bool:
+def _record(mpc: Any, model: Any, ahead: Any, ctx: Any, before: Any, prev: Any, acc: dict, errors: list) -> bool:
     """Solve one recorded step's problem from every start (module docstring); True when the prefetched prediction
-    (made from `before`, the last step's problem, plan and command) fitted this step's start."""
-    from mnemo_mpc.nav.prefetch import Prefetcher, next_context
+    (made by `ahead`, the run's `nav.prefetch.Prefetcher`, from `before`: the last step's problem, plan and command)
+    fitted this step's start."""
+    from mnemo_mpc.nav.prefetch import next_context
 
     def solve(start: Any, label: str, max_iter: int | None = None) -> Any:
         return mpc.solve(
@@ -250,15 +254,13 @@ def _record(mpc: Any, model: Any, ctx: Any, before: Any, prev: Any, acc: dict, e
     prefetched, off_path_s, take_s = None, 0.0, 0.0
     if before is not None:
         here, plan, command = before
-        ahead = Prefetcher(model, mpc.robot, mpc.config.dt)
         t = time.perf_counter()
         ahead.submit(next_context(here, plan, command, mpc.robot, mpc.config.dt))
-        ahead._pending.future.exception()  # the previous period: the worker has finished before the step starts
+        ahead.wait()  # the previous period: the worker has finished before the step starts
         off_path_s = time.perf_counter() - t
         t = time.perf_counter()
         prefetched = ahead.take(ctx)
         take_s = time.perf_counter() - t
-        ahead.close()
     cold = Solve(solve(None, "cold"), start_used="cold")
     acc["cold"]["fresh"].append(cold)
     acc["learned_in_step"]["fresh"].append(Solve(solve(in_step, "learned"), infer_s, 0.0, "learned"))
@@ -272,9 +274,16 @@ def _record(mpc: Any, model: Any, ctx: Any, before: Any, prev: Any, acc: dict, e
     if cold.result.success:
         errors.append((prefetched if prefetched is not None else in_step).controls - cold.result.controls)
     start = prefetched if prefetched is not None else in_step
-    rti = Solve(solve(start, "rti", 1), learned.inference_s, learned.select_s, "learned", learned.critical_inference)
-    rti.optimum_cost = optimum
-    acc["rti"]["fresh"].append(rti)
+    acc["rti"]["fresh"].append(
+        Solve(
+            solve(start, "rti", 1),
+            learned.inference_s,
+            learned.select_s,
+            "learned",
+            learned.critical_inference,
+            optimum,
+        )
+    )
     if prev is not None:
         shift = Solve(solve(prev.shifted(), "shift"), start_used="shift")
         acc["cold"]["steady"].append(cold)

@@ -638,9 +638,11 @@ class Controller:
     def _learned(self, context: WarmStartContext) -> WarmStart | None:
         """The learned start for this step: the prediction made during the last period when it fits this start
         (`nav.prefetch`), else the provider run now."""
-        guess = self._prefetch.take(context) if self._prefetch is not None else None
-        if guess is None and self._prefetch is not None and self._prefetch.last_failed:
-            return None  # the provider raised on the worker (logged there): not again on the step
+        guess = None
+        if self._prefetch is not None:
+            guess = self._prefetch.take(context)
+            if self._prefetch.last_failed:
+                return None  # the provider raised on the worker (logged there): not again on the step
         if guess is None:
             try:
                 guess = self.warm_start_provider(context)
