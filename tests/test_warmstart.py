@@ -144,6 +144,70 @@ def test_a_tiny_training_run_lowers_the_validation_loss_and_resumes(store, tmp_p
         train(train_cfg(store, epochs=6, lr=1e-2), out, progress=False)
 
 
+def test_a_pack_holds_the_stores_examples_and_trains_the_same_run(store, tmp_path):
+    from mnemo_mpc.warmstart.pack import read_pack, write_pack
+    from mnemo_mpc.warmstart.train import train
+
+    path = tmp_path / "store.mnpack"
+    meta = write_pack(store, InputSpec(), path, val_fraction=0.25, progress=False)
+    pack = read_pack(path)
+    train_ids, val_ids = wdata.world_split(store, 0.25, 0)
+    assert (pack.meta["train_worlds"], pack.meta["val_worlds"]) == (train_ids, val_ids)
+    cache = wdata.cache_dir(store, pack.spec)
+    for got, want in ((pack.train, wdata.load(cache, train_ids)), (pack.val, wdata.load(cache, val_ids))):
+        assert np.array_equal(got.world, want.world)
+        # 8-bit levels over each channel's range: half a step (1.25/255/2, 2/255/2) plus float16 rounding
+        err = np.abs(got.grid.astype(np.float32) - want.grid.astype(np.float32)).max(axis=(0, 2, 3))
+        assert err[0] < 0.0026 and err[1] < 0.0041
+        assert np.allclose(got.vector, want.vector, rtol=1e-3, atol=1e-3)
+        assert np.allclose(got.controls, want.controls, rtol=1e-3, atol=1e-4)
+    assert meta["robot"] == pack.meta["robot"] and pack.robot == RobotModel(**meta["robot"])
+    result = train(train_cfg(path, epochs=1), tmp_path / "run", progress=False)
+    assert (result["train_examples"], result["val_examples"]) == (len(pack.train), len(pack.val))
+    with pytest.raises(InputError, match="seed=0, the run asks 3"):
+        train(train_cfg(path, epochs=1, seed=3), tmp_path / "run2", progress=False)
+    with pytest.raises(InputError, match="inputs for"):
+        train(train_cfg(path, epochs=1, model=ViTConfig(**TINY, inputs=InputSpec(clip_m=2.0))), tmp_path / "run3")
+
+
+def test_a_damaged_or_hostile_pack_is_refused_by_name_before_it_is_decompressed(store, tmp_path):
+    import zipfile
+
+    from mnemo_mpc.warmstart.pack import read_pack, write_pack
+
+    good = tmp_path / "good.mnpack"
+    write_pack(store, InputSpec(), good, val_fraction=0.25, progress=False)
+    cut = tmp_path / "cut.mnpack"
+    cut.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    with pytest.raises(wdata.DatasetError, match="cut.mnpack: not a readable training pack"):
+        read_pack(cut)
+    with zipfile.ZipFile(good) as zf:
+        members = {i.filename: zf.read(i) for i in zf.infolist()}
+    meta = json.loads(members["meta.json"])
+
+    def repack(name, **changes):
+        path = tmp_path / name
+        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_LZMA) as zf:
+            for k, v in {**members, **changes}.items():
+                zf.writestr(k, v)
+        return path
+
+    # A member declaring gigabytes of zeros (a few kB compressed) is refused from its declared size.
+    bomb = np.zeros((20_000, 2, 40, 40), dtype=np.uint8)
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, bomb)
+    with pytest.raises(wdata.DatasetError, match="train/grid: declares 64000128 bytes, expected"):
+        read_pack(repack("bomb.mnpack", **{"train/grid.npy": buf.getvalue()}))
+    with pytest.raises(wdata.DatasetError, match="expected format"):
+        read_pack(repack("fmt.mnpack", **{"meta.json": json.dumps({**meta, "version": 99})}))
+    with pytest.raises(wdata.DatasetError, match="KeyError"):
+        read_pack(repack("nokey.mnpack", **{"meta.json": json.dumps({k: v for k, v in meta.items() if k != "shapes"})}))
+    with pytest.raises(wdata.DatasetError, match="not a readable training pack"):
+        read_pack(tmp_path)  # a directory
+
+
 @pytest.fixture(scope="module")
 def exported(store, tmp_path_factory):
     from mnemo_mpc.warmstart.export import export

@@ -1,4 +1,5 @@
-"""`mnemo-mpc data stats|verify DIR`: summarise an SQP dataset store, or check every byte of it.
+"""`mnemo-mpc data stats|verify|pack DIR`: summarise an SQP dataset store, check every byte of it, or pack its model
+inputs into one small file for training elsewhere (`warmstart.pack`).
 
 `verify` exits 0 when the store is intact, 1 when it found damage (one line per problem: world, array, chunk,
 reason), 2 on a usage error or when DIR is not a store. `--repair` moves the damaged worlds to `DIR/.quarantine/` and
@@ -9,11 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+
+from mnemo_mpc.commands import _args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("data", help="inspect or verify an SQP dataset store")
+    p = subparsers.add_parser("data", help="inspect, verify or pack an SQP dataset store")
     sub = p.add_subparsers(dest="data_command", metavar="ACTION", required=True)
     s = sub.add_parser("stats", help="counts, episode outcomes and solver statistics of a store (verified reads)")
     s.add_argument("dir", help="dataset directory written by `mnemo-mpc collect`")
@@ -34,6 +38,44 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     v.add_argument("--json", action="store_true", help="print the report as JSON")
     v.add_argument("--no-progress", action="store_true", help="no progress bar")
     v.set_defaults(func=verify_handler)
+    k = sub.add_parser(
+        "pack", help="the store's model inputs and targets in one small file, for `mnemo-mpc train --data FILE`"
+    )
+    k.add_argument("dir", help="dataset directory written by `mnemo-mpc collect`")
+    k.add_argument("--out", required=True, help="pack file to write (.mnpack)")
+    k.add_argument("--seed", type=_args.seed, default=0, help="the world split's seed (train's --seed)")
+    k.add_argument("--max-train-worlds", type=_args.count, default=None, help="a nested subset (train's option)")
+    k.add_argument("--crop", type=_args.count, default=40, help="cells per side of the robot-frame crop")
+    k.add_argument("--crop-resolution", type=_args.positive_float, default=0.1, help="metres per crop cell")
+    k.add_argument("--input-workers", type=_args.count, default=1, help="processes that build the input cache")
+    k.add_argument("--no-progress", action="store_true", help="no progress bar")
+    k.set_defaults(func=pack_handler)
+
+
+def pack_handler(args: argparse.Namespace) -> int:
+    _args.check_input_dir(args.dir, "dir")
+    _args.check_output_file(args.out, "--out")
+    from mnemo_mpc.warmstart.inputs import InputSpec
+    from mnemo_mpc.warmstart.pack import write_pack
+
+    spec = InputSpec(size=args.crop, resolution=args.crop_resolution)
+    meta = write_pack(
+        args.dir,
+        spec,
+        args.out,
+        seed=args.seed,
+        max_train_worlds=args.max_train_worlds,
+        workers=args.input_workers,
+        progress=not args.no_progress,
+    )
+    shapes = meta["shapes"]
+    size = os.path.getsize(args.out)
+    print(
+        f"wrote {args.out} ({size / 1e6:.1f} MB): {len(meta['train_worlds'])} training worlds "
+        f"({shapes['train/controls'][0]} examples), {len(meta['val_worlds'])} validation worlds "
+        f"({shapes['val/controls'][0]}); train on it with `mnemo-mpc train --data {args.out} --out RUN`"
+    )
+    return 0
 
 
 def verify_handler(args: argparse.Namespace) -> int:

@@ -1,4 +1,5 @@
-"""`mnemo-mpc train --data DIR --out RUN_DIR`: train the spatial Mnemosyne ViT warm start on a collected store.
+"""`mnemo-mpc train --data DIR --out RUN_DIR`: train the spatial Mnemosyne ViT warm start on a collected store (or on
+its training pack, `mnemo-mpc data pack DIR --out FILE`, where the store is not: a GPU machine).
 
 Re-running the same command resumes after the last finished epoch. Data-parallel on several processes or GPUs:
 `torchrun --nproc-per-node K -m mnemo_mpc.cli train ...` (gloo on CPU, nccl on CUDA).
@@ -7,13 +8,16 @@ Re-running the same command resumes after the last finished epoch. Data-parallel
 from __future__ import annotations
 
 import argparse
+import os
 
 from mnemo_mpc.commands import _args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("train", help="train the warm-start ViT on a collected store (resumable)")
-    p.add_argument("--data", required=True, help="store written by `mnemo-mpc collect`")
+    p.add_argument(
+        "--data", required=True, help="store written by `mnemo-mpc collect`, or a pack written by `mnemo-mpc data pack`"
+    )
     p.add_argument("--out", required=True, help="run directory (checkpoints, history, loss curve)")
     p.add_argument("--epochs", type=_args.count, default=30)
     p.add_argument("--batch-size", type=_args.count, default=256)
@@ -80,7 +84,8 @@ def config_from_args(args: argparse.Namespace):  # noqa: ANN201 (TrainConfig, im
 
 def handler(args: argparse.Namespace) -> int:
     # Paths and device first (no torch import for a typo), then the configs; nothing is written before both pass.
-    _args.check_input_dir(args.data, "--data")
+    if not os.path.isfile(args.data):
+        _args.check_input_dir(args.data, "--data")
     _args.check_output_dir(args.out, "--out")
     _args.check_device(args.device, auto=True)
     config = config_from_args(args)  # the configs' own checks (crop a multiple of the patch, ...)

@@ -141,8 +141,13 @@ def parity(model: Any, graph: bytes, record: dict[str, Any], examples: int = 102
     cfg = record["config"]
     spec = model.cfg.inputs
     try:
-        _, val_ids = wdata.world_split(cfg.data, cfg.val_fraction, cfg.seed, cfg.max_train_worlds)
-        arrays = wdata.load(wdata.cache_dir(cfg.data, spec), val_ids[: max(1, examples // 100)])
+        if Path(cfg.data).is_file():  # a training pack (`warmstart.pack`)
+            from mnemo_mpc.warmstart.pack import read_pack
+
+            arrays = read_pack(cfg.data).val
+        else:
+            _, val_ids = wdata.world_split(cfg.data, cfg.val_fraction, cfg.seed, cfg.max_train_worlds)
+            arrays = wdata.load(wdata.cache_dir(cfg.data, spec), val_ids[: max(1, examples // 100)])
         grid, vector, inputs = arrays.grid[:examples].astype(np.float32), arrays.vector[:examples], "validation"
     except Exception:  # noqa: BLE001 - any missing/unreadable store: fall back to random inputs, and say so
         rng = np.random.default_rng(0)

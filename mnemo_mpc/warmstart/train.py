@@ -35,6 +35,7 @@ from mnemo_mpc.errors import InputError
 from mnemo_mpc.warmstart import data as wdata
 from mnemo_mpc.warmstart.inputs import mirror_sign
 from mnemo_mpc.warmstart.model import RobotLimits, SpatialMnemosyneViT, ViTConfig, rollout
+from mnemo_mpc.warmstart.pack import Pack, read_pack
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +170,20 @@ def plot_history(history: list[dict[str, Any]], path: Path) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
+def _check_pack(cfg: TrainConfig, pack: Pack) -> None:
+    """A pack fixes the world split and the crop: a configuration asking for another is an error, not another run."""
+    split = {"val_fraction": cfg.val_fraction, "seed": cfg.seed, "max_train_worlds": cfg.max_train_worlds}
+    for key, value in split.items():
+        if pack.meta["split"][key] != value:
+            raise InputError(
+                f"{cfg.data}: the pack was split with {key}={pack.meta['split'][key]}, the run asks {value}; "
+                "pack the store again with the run's split"
+            )
+    asked = dataclasses.replace(cfg.model.inputs, N=pack.spec.N, dt=pack.spec.dt)
+    if asked != pack.spec:
+        raise InputError(f"{cfg.data}: the pack holds inputs for {pack.spec}, the run asks {asked}")
+
+
 def train(cfg: TrainConfig, out: str | os.PathLike[str], progress: bool = True) -> dict[str, Any]:
     """Train (or resume) into `out`; returns the final history entry and paths."""
     from tqdm import tqdm
@@ -187,9 +202,13 @@ def train(cfg: TrainConfig, out: str | os.PathLike[str], progress: bool = True) 
             torch.cuda.set_device(device)
     out = Path(out)
     # The model's input spec and limits follow the store (the planner that produced the data).
-    store = wdata.DatasetStore.open(cfg.data)
-    robot, n, dt = wdata.store_robot(store)
-    spec = dataclasses.replace(cfg.model.inputs, N=n, dt=dt)
+    pack = read_pack(cfg.data) if Path(cfg.data).is_file() else None
+    if pack is not None:
+        robot, spec = pack.robot, pack.spec
+        _check_pack(cfg, pack)
+    else:
+        robot, n, dt = wdata.store_robot(wdata.DatasetStore.open(cfg.data))
+        spec = dataclasses.replace(cfg.model.inputs, N=n, dt=dt)
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, inputs=spec, limits=RobotLimits.of(robot)))
     config_path, ckpt_path = out / "config.json", out / "checkpoint.pt"
     if rank == 0:
@@ -201,13 +220,17 @@ def train(cfg: TrainConfig, out: str | os.PathLike[str], progress: bool = True) 
             if diff:
                 raise InputError(f"{out}: holds a run with another configuration (differs in {diff}); use a new --out")
         atomic_write_json(config_path, cfg.to_dict())
-    train_ids, val_ids = wdata.world_split(cfg.data, cfg.val_fraction, cfg.seed, cfg.max_train_worlds)
-    if rank == 0:
-        cache = wdata.build_cache(cfg.data, spec, cfg.input_workers, train_ids + val_ids, progress=progress)
-    if world_size > 1:
-        torch.distributed.barrier()
-    cache = wdata.cache_dir(cfg.data, spec)
-    train_set, val_set = wdata.load(cache, train_ids), wdata.load(cache, val_ids)
+    if pack is not None:
+        train_ids, val_ids = pack.meta["train_worlds"], pack.meta["val_worlds"]
+        train_set, val_set = pack.train, pack.val
+    else:
+        train_ids, val_ids = wdata.world_split(cfg.data, cfg.val_fraction, cfg.seed, cfg.max_train_worlds)
+        if rank == 0:
+            wdata.build_cache(cfg.data, spec, cfg.input_workers, train_ids + val_ids, progress=progress)
+        if world_size > 1:
+            torch.distributed.barrier()
+        cache = wdata.cache_dir(cfg.data, spec)
+        train_set, val_set = wdata.load(cache, train_ids), wdata.load(cache, val_ids)
 
     torch.manual_seed(cfg.seed)
     model = SpatialMnemosyneViT(cfg.model).to(device)
