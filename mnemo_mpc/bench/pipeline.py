@@ -7,8 +7,9 @@ reference) is solved once per start:
 
 * **fresh** (no previous solution: the first step of a goal, after a rotation to the path or a recovery): `cold`
   (hold the pose), `learned` (the model's start as the controller gets it: predicted during the previous period for
-  the start that step predicted, `nav.prefetch`, re-anchored here; on the run's first step, or where the prediction
-  does not fit the start, run on the step), `hybrid` (`nav.controller.choose_start`: with no shift, the learned
+  the start that step predicted, with the sub-goal and reference its path gives there, `Controller.next_problem` and
+  `nav.prefetch`, re-anchored here; on the run's first step, or where the prediction does not fit the start, run on
+  the step), `hybrid` (`nav.controller.choose_start`: with no shift, the learned
   start -- the same solve); `shift` has nothing to shift and falls back to cold, so its fresh figures are cold's;
 * **steady** (mid-run): `cold`, `shift` (previous solution shifted, with its multipliers), `learned` (prefetched as
   above), `hybrid` (the rule takes the shift: the same solve, and no model on the step).
@@ -20,7 +21,8 @@ iterate, converged or not, against the step's optimum (the cold solve's, where i
 over every iterate too.
 
 Each summary has the SQP benchmark's keys (iterations, time, time per iteration, success, feasibility) plus
-`inference_ms` (features + model + rollout, wherever it ran) and `total_ms`, the critical path: what the step waits
+`inference_ms` (features + model + rollout, wherever it ran; for a prefetched start all the worker did, the next
+step's sub-goal and reference at the predicted start included) and `total_ms`, the critical path: what the step waits
 for -- the solve, plus for a prefetched start taking it (checks and the rollout from the step's start), plus for a
 start computed on the step its inference. The prefetched inference runs off the critical path (the worker is
 waited for before the step starts, as a control period leaves it time to finish). `learned` also has the
@@ -175,7 +177,7 @@ def run(cfg: PipelineConfig, progress: bool = True) -> dict:
                     mpc = driver.mpc(out.field.shape)
                     fitted[1] += 1
                     fitted[0] += _record(mpc, model, ahead, ctx, before, prev, acc, errors)
-                before = None if ctx is None else (ctx, out.plan, out.command)
+                before = driver.next_problem(out)  # as the controller predicts the next step's problem
                 obs = sim.step(float(out.command[0]), float(out.command[1]))
     ahead.close()
     modes = {m: {kind: summarize(v, cfg.clock) for kind, v in by.items() if v} for m, by in acc.items()}
@@ -232,9 +234,8 @@ def run(cfg: PipelineConfig, progress: bool = True) -> dict:
 
 def _record(mpc: Any, model: Any, ahead: Any, ctx: Any, before: Any, prev: Any, acc: dict, errors: list) -> bool:
     """Solve one recorded step's problem from every start (module docstring); True when the prefetched prediction
-    (made by `ahead`, the run's `nav.prefetch.Prefetcher`, from `before`: the last step's problem, plan and command)
-    fitted this step's start."""
-    from mnemo_mpc.nav.prefetch import next_context
+    (made by `ahead`, the run's `nav.prefetch.Prefetcher`, from `before`: the last step's prediction of this step's
+    problem, `Controller.next_problem`) fitted this step's start."""
 
     def solve(start: Any, label: str, max_iter: int | None = None) -> Any:
         return mpc.solve(
@@ -253,9 +254,8 @@ def _record(mpc: Any, model: Any, ahead: Any, ctx: Any, before: Any, prev: Any, 
     infer_s = time.perf_counter() - t
     prefetched, off_path_s, take_s = None, 0.0, 0.0
     if before is not None:
-        here, plan, command = before
         t = time.perf_counter()
-        ahead.submit(next_context(here, plan, command, mpc.robot, mpc.config.dt))
+        ahead.submit(*before)  # on the worker: the sub-goal and reference at the predicted start, then the model
         ahead.wait()  # the previous period: the worker has finished before the step starts
         off_path_s = time.perf_counter() - t
         t = time.perf_counter()

@@ -9,7 +9,8 @@ applied. Around that core this module adds what a robot needs and the paper does
   `mnemo_mpc.warmstart`, called with a `WarmStartContext`), or "hybrid": the shift when there is one, else the
   learned start (`choose_start`: where a previous solution exists the shift needs ~1.1 iterations and costs nothing;
   the model pays where there is none). The model runs off the critical path (`mnemo_mpc.nav.prefetch`): at the end of
-  each step it predicts the next step's start on a worker thread while the robot drives;
+  each step it predicts the next step's start on a worker thread while the robot drives, for the problem the next
+  step will solve (`next_problem`: the plan's next state, and the sub-goal and reference the path gives there);
 * the global path -> sub-goal/reference (`mnemo_mpc.nav.reference`); with no path, a goal the grid has not seen as
   free yet is approached through the farthest known-free point on the line to it;
 * no global path (`ControllerConfig.plan_own_path`): while nothing seen lies on the straight line to the goal, the
@@ -49,7 +50,7 @@ from mnemo_mpc.nav.clearing import clear_robot_cells
 from mnemo_mpc.nav.maneuver import Maneuver, plan_maneuver
 from mnemo_mpc.nav.moving_obstacles import MovingObstacleConfig, MovingObstacles, stopping_reach
 from mnemo_mpc.nav.own_path import OwnPath
-from mnemo_mpc.nav.prefetch import Prefetcher, next_context
+from mnemo_mpc.nav.prefetch import Prefetcher, Targets, next_context
 from mnemo_mpc.nav.recovery import Behaviour, ProgressChecker
 from mnemo_mpc.nav.reference import regulated_speed, subgoal_and_reference, visible_subgoal
 from mnemo_mpc.nav.rotation_shim import RotationShim, ShimConfig
@@ -265,6 +266,7 @@ class Controller:
         self._progress = 0
         self._given_path_id: int | None = None
         self._last_plan: PlanResult | None = None  # last successful plan
+        self._targets: Targets | None = None  # the last step's sub-goal and reference as a function of the pose
         self._plan_age = 0  # control steps applied since `_last_plan` was computed
         cfg = self.config
         self._own = OwnPath(
@@ -422,6 +424,7 @@ class Controller:
             self.set_global_path(global_path)
             self._given_path_id = id(global_path)
 
+        self._targets = None
         self._goal_changed = self._goal is None or self._new_goal(goal, pose)
         if self._goal_changed:
             self._reset_recovery(goal)
@@ -444,8 +447,7 @@ class Controller:
         if self._failed:
             return ControlOutput(self.stop_command(velocity), "failed", None, time_s=time.perf_counter() - t0)
 
-        cfg, mcfg = self.config, self.mpc_config
-        n, dt = mcfg.N, mcfg.dt
+        cfg = self.config
         field_ = DistanceField(grid, cfg.unknown_policy)
         own = self._path is None and cfg.plan_own_path
         if own:
@@ -472,28 +474,14 @@ class Controller:
                 if why is not None and self._own.plan(pose, goal, cfg.subgoal_clearance_m, now, why):
                     self._own_progress = 0.0
                 path = self._own.path
-        if path is not None:
-            progress = 0.0 if straight else self._own_progress if own else self._progress
-            subgoal, reference, progress = subgoal_and_reference(
-                path,
-                pose,
-                goal,
-                grid,
-                n,
-                dt,
-                cfg.v_ref_fraction * self.robot.v_max,
-                progress,
-                cfg.subgoal_clearance_m,
-                self._speed_profile(grid, path, pose, progress),
-            )
-            if straight:
-                pass
-            elif own:
+        progress = 0.0 if path is None or straight else self._own_progress if own else self._progress
+        subgoal, reference, progress = self._subgoal_and_reference(grid, pose, goal, path, progress)
+        if path is not None and not straight:
+            if own:
                 self._own_progress = progress
             else:
                 self._progress = progress
-        else:
-            subgoal = visible_subgoal(grid, pose, goal, cfg.subgoal_clearance_m)
+        self._targets = self._targets_at(grid, goal, path, progress, straight)
 
         margin = self._step_margin(field_, grid.shape, reference)
         if self._shim is not None:
@@ -623,17 +611,27 @@ class Controller:
             ws = _shift_again(ws, self.robot, self.mpc_config.dt)
         return ws
 
+    def next_problem(self, out: ControlOutput) -> tuple[WarmStartContext, Targets | None] | None:
+        """The next step's problem as the step that just returned `out` predicts it, for `Prefetcher.submit`: the
+        context (`nav.prefetch.next_context`) and the function giving the sub-goal and reference the next step will
+        compute at its pose (this step's path, progress and grid; None after a step that computed none, a recovery).
+        None when the step had no sub-goal to predict from."""
+        if out.field is None or out.subgoal is None or out.start_state is None:
+            return None
+        here = WarmStartContext(out.field, out.start_state[:3], out.start_state[3:], out.subgoal, out.reference)
+        return next_context(here, out.plan, out.command, self.robot, self.mpc_config.dt), self._targets
+
     def _prefetch_next(self, out: ControlOutput) -> None:
-        """Start the model on the next step's problem as this step predicts it (`nav.prefetch.next_context`): in
-        "learned" mode after every step that has a sub-goal, in "hybrid" only when the next step will have no shift
-        to start from (after a rotation to the path, a re-plan; the first step of a goal runs the model itself)."""
+        """Start the model on the next step's problem as this step predicts it (`next_problem`): in "learned" mode
+        after every step that has a sub-goal, in "hybrid" only when the next step will have no shift to start from
+        (after a rotation to the path, a re-plan; the first step of a goal runs the model itself)."""
         assert self._prefetch is not None
         needed = self.config.warm_start == "learned" or self._last_plan is None  # hybrid: only where no shift will be
-        if not needed or out.field is None or out.subgoal is None or out.start_state is None:
+        problem = self.next_problem(out) if needed else None
+        if problem is None:
             self._prefetch.clear()
             return
-        here = WarmStartContext(out.field, out.start_state[:3], out.start_state[3:], out.subgoal, out.reference)
-        self._prefetch.submit(next_context(here, out.plan, out.command, self.robot, self.mpc_config.dt))
+        self._prefetch.submit(*problem)  # the targets are computed on the worker, off the step
 
     def _learned(self, context: WarmStartContext) -> WarmStart | None:
         """The learned start for this step: the prediction made during the last period when it fits this start
@@ -672,6 +670,42 @@ class Controller:
         if learned is not None:
             return learned, "learned"
         return (shift, "shift") if shift is not None else (None, "cold")
+
+    def _subgoal_and_reference(
+        self, grid: OccupancyGrid, pose: np.ndarray, goal: np.ndarray, path: np.ndarray | None, progress: float
+    ) -> tuple[np.ndarray, np.ndarray | None, float]:
+        """(sub-goal, reference, progress) at `pose`: along `path` from `progress` (`nav.reference`), with a speed
+        profile for the room it leaves; with no path, the goal as far as the grid shows it free (no reference)."""
+        cfg, mcfg = self.config, self.mpc_config
+        if path is None:
+            return visible_subgoal(grid, pose, goal, cfg.subgoal_clearance_m), None, progress
+        return subgoal_and_reference(
+            path,
+            pose,
+            goal,
+            grid,
+            mcfg.N,
+            mcfg.dt,
+            cfg.v_ref_fraction * self.robot.v_max,
+            progress,
+            cfg.subgoal_clearance_m,
+            self._speed_profile(grid, path, pose, progress),
+        )
+
+    def _targets_at(
+        self, grid: OccupancyGrid, goal: np.ndarray, path: np.ndarray | None, progress: float, straight: bool
+    ) -> Targets:
+        """This step's sub-goal and reference as a function of the pose, from its grid, `path` (`straight`: the line
+        from the pose to the goal, whatever `path` is) and the `progress` it leaves: the next step's at the pose it
+        is predicted to start from (`nav.prefetch`; run on the worker, ~0.8 ms). The next step reads the next scan:
+        the same grid but for what it newly sees."""
+
+        def targets(pose: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+            if straight:
+                return self._subgoal_and_reference(grid, pose, goal, np.stack([pose[:2], goal[:2]]), 0.0)[:2]
+            return self._subgoal_and_reference(grid, pose, goal, path, progress)[:2]
+
+        return targets
 
     def _speed_profile(
         self, grid: OccupancyGrid, path: np.ndarray, pose: np.ndarray, progress: float

@@ -3,9 +3,18 @@
 The model's inference -- input features, the onnxruntime session, the rollout into a start: 0.4-1.2 ms on this CPU --
 ran inside the control step, before the solve it serves, and cost more than the iterations it saved. Now, at the end
 of each step, the controller hands the model the next step's problem as this step predicts it: the plan's state one
-knot ahead (where the next step plans from while the robot follows the plan), this step's distance field and
-sub-goal, and the reference advanced by one knot. A worker thread runs it while the robot drives (onnxruntime releases
-the GIL, so it runs on the second core), and the next step finds the prediction ready.
+knot ahead (where the next step plans from while the robot follows the plan) moving at the command sent, this step's
+distance field, and the sub-goal and reference the next step will compute there -- the controller's own
+`targets(pose)`, from this step's path, progress and grid. A worker thread computes those targets (~0.8 ms, mostly the
+speed profile) and runs the model while the robot drives (onnxruntime releases the GIL, so the model runs on the
+second core), and the next step finds the prediction ready.
+
+The sub-goal and reference matter: with this step's sub-goal and its reference advanced one knot (the last knot
+repeated) -- the prediction before -- the start needed 1.40 SQP iterations on `bench pipeline`'s fresh steps where
+the model run on the step's own problem needs 1.25, the sub-goal one knot behind costing most of it (the predicted
+pose and velocity were exact on the ideal robot; this step's field instead of the next scan's made no difference).
+Recomputed at the predicted pose they are the next step's to 1e-5 m, and the prefetched start needs 1.25 too. Without
+`targets` (after a step that computed none: a recovery) the shifted first guess is what the model gets.
 
 The next step takes it when it was made for a start within `max_offset_m` and `max_offset_rad` of its own, on a grid of
 the same shape, and rolls the predicted controls out from its own start (a start must satisfy the dynamics from the
@@ -18,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -27,6 +36,9 @@ from mnemo_mpc.planning.mpc import WarmStart
 from mnemo_mpc.planning.robot import RobotModel
 
 log = logging.getLogger(__name__)
+
+# pose (x, y, yaw) -> (sub-goal (x, y, yaw), reference (N+1, 2) or None): what the controller computes at that pose
+Targets = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray | None]]
 
 
 @dataclass
@@ -53,15 +65,20 @@ class Prefetcher:
         self._pending: _Pending | None = None
         self.last_failed = False  # the last `take` found the provider had raised
 
-    def submit(self, context: Any) -> None:
-        """Start predicting the start for `context` (the next step's problem); a prediction not yet taken is dropped."""
+    def submit(self, context: Any, targets: Targets | None = None) -> None:
+        """Start predicting the start for `context` (the next step's problem, `next_context`); with `targets`, the
+        worker first replaces its sub-goal and reference by `targets(context.pose)` (`at_targets`). A prediction not
+        yet taken is dropped."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mnemo-warm-start")
         self._pending = _Pending(
-            self._pool.submit(self.provider, context),
+            self._pool.submit(self._predict, context, targets),
             np.asarray(context.pose, dtype=float).copy(),
             tuple(context.field.shape),
         )
+
+    def _predict(self, context: Any, targets: Targets | None) -> Any:
+        return self.provider(context if targets is None else at_targets(context, targets))
 
     def take(self, context: Any, timeout_s: float = 0.0) -> Any:
         """The prediction made for this step's `context`, its controls rolled out from `context.pose`; None when there
@@ -110,7 +127,8 @@ class Prefetcher:
 def next_context(context: Any, plan: Any, command: np.ndarray, robot: RobotModel, dt: float) -> Any:
     """The next step's problem as this step predicts it: the start one period on -- the plan's state one knot ahead
     (without a plan, `command` applied for one period) moving at `command`, the velocity the step sent -- the same
-    field and sub-goal, the reference advanced one knot."""
+    field, and as a first guess the same sub-goal and the reference advanced one knot (`at_targets` puts the next
+    step's own in their place)."""
     from mnemo_mpc.nav.controller import WarmStartContext
 
     velocity = np.asarray(command, dtype=float).copy()
@@ -122,3 +140,9 @@ def next_context(context: Any, plan: Any, command: np.ndarray, robot: RobotModel
     if reference is not None:
         reference = np.concatenate([reference[1:], reference[-1:]], axis=0)
     return WarmStartContext(context.field, pose, velocity, context.subgoal, reference)
+
+
+def at_targets(context: Any, targets: Targets) -> Any:
+    """`context` with the sub-goal and reference that `targets` gives at its pose."""
+    subgoal, reference = targets(np.asarray(context.pose, dtype=float))
+    return replace(context, subgoal=np.asarray(subgoal, dtype=float), reference=reference)
