@@ -11,15 +11,17 @@ from mnemo_mpc.nav.prefetch import Prefetcher, next_context
 from mnemo_mpc.planning.robot import RobotModel
 
 
-def test_next_context_starts_where_the_plan_says_at_the_command_sent():
+def test_next_context_starts_where_the_plan_says_at_the_velocity_it_plans():
     robot = RobotModel()
     x = np.arange(31) * 0.05
     reference = np.column_stack([x, np.zeros_like(x)])
     here = SimpleNamespace(field="F", pose=np.zeros(3), velocity=np.zeros(2), subgoal=np.ones(3), reference=reference)
-    plan = SimpleNamespace(success=True, states=np.array([[0.0, 0.0, 0.0], [0.04, 0.0, 0.1]]))
-    ctx = next_context(here, plan, np.array([0.4, 1.0]), robot, 0.1)
+    states = np.array([[0.0, 0.0, 0.0], [0.04, 0.0, 0.1]])
+    plan = SimpleNamespace(success=True, states=states, controls=np.array([[0.4, 1.0], [0.45, 1.0]]))
+    # A lagging drive is sent more than the plan's first control (nav.actuation): the robot reaches the control.
+    ctx = next_context(here, plan, np.array([0.5, 1.5]), robot, 0.1)
     np.testing.assert_allclose(ctx.pose, [0.04, 0.0, 0.1])
-    np.testing.assert_allclose(ctx.velocity, [0.4, 1.0])  # the velocity the robot will have: the command sent
+    np.testing.assert_allclose(ctx.velocity, [0.4, 1.0])
     assert ctx.field == "F" and ctx.subgoal is here.subgoal
     np.testing.assert_allclose(ctx.reference[:-1], reference[1:])  # advanced one knot, the last one repeated
     np.testing.assert_allclose(ctx.reference[-1], reference[-1])

@@ -126,15 +126,20 @@ class Prefetcher:
 
 def next_context(context: Any, plan: Any, command: np.ndarray, robot: RobotModel, dt: float) -> Any:
     """The next step's problem as this step predicts it: the start one period on -- the plan's state one knot ahead
-    (without a plan, `command` applied for one period) moving at `command`, the velocity the step sent -- the same
-    field, and as a first guess the same sub-goal and the reference advanced one knot (`at_targets` puts the next
-    step's own in their place)."""
+    moving at its first control, the velocity the plan has the robot reach (without a plan, `command` applied for one
+    period) -- the same field, and as a first guess the same sub-goal and the reference advanced one knot
+    (`at_targets` puts the next step's own in their place).
+
+    The plan's control, not the command sent: for a lagging drive the controller sends the command that makes the
+    loops reach that velocity (`nav.actuation`), which can be far from it (Jackal `bench pipeline`: fresh learned
+    iterations 1.89 with the sent command, see `docs/learned_start.md`)."""
     from mnemo_mpc.nav.controller import WarmStartContext
 
-    velocity = np.asarray(command, dtype=float).copy()
     if plan is not None and plan.success:
         pose = np.asarray(plan.states[1], dtype=float)
+        velocity = np.asarray(plan.controls[0], dtype=float).copy()
     else:
+        velocity = np.asarray(command, dtype=float).copy()
         pose = robot.step(np.asarray(context.pose, dtype=float), velocity, dt)
     reference = context.reference
     if reference is not None:
