@@ -162,6 +162,11 @@ def test_a_pack_holds_the_stores_examples_and_trains_the_same_run(store, tmp_pat
         assert np.allclose(got.vector, want.vector, rtol=1e-3, atol=1e-3)
         assert np.allclose(got.controls, want.controls, rtol=1e-3, atol=1e-4)
     assert meta["robot"] == pack.meta["robot"] and pack.robot == RobotModel(**meta["robot"])
+    write_pack(store, InputSpec(), tmp_path / "half.mnpack", val_fraction=0.25, every=2, progress=False)
+    half, full = read_pack(tmp_path / "half.mnpack"), pack.train
+    for w in np.unique(full.world):  # each world's examples 0, 2, 4, ...; validation whole
+        np.testing.assert_array_equal(half.train.controls[half.train.world == w], full.controls[full.world == w][::2])
+    assert len(half.val) == len(pack.val)
     result = train(train_cfg(path, epochs=1), tmp_path / "run", progress=False)
     assert (result["train_examples"], result["val_examples"]) == (len(pack.train), len(pack.val))
     with pytest.raises(InputError, match="seed=0, the run asks 3"):

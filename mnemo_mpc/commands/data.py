@@ -47,6 +47,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     k.add_argument("--max-train-worlds", type=_args.count, default=None, help="a nested subset (train's option)")
     k.add_argument("--crop", type=_args.count, default=40, help="cells per side of the robot-frame crop")
     k.add_argument("--crop-resolution", type=_args.positive_float, default=0.1, help="metres per crop cell")
+    k.add_argument(
+        "--every", type=_args.count, default=1, help="keep every K-th training example of each world (default: all)"
+    )
     k.add_argument("--input-workers", type=_args.count, default=1, help="processes that build the input cache")
     k.add_argument("--no-progress", action="store_true", help="no progress bar")
     k.set_defaults(func=pack_handler)
@@ -65,6 +68,7 @@ def pack_handler(args: argparse.Namespace) -> int:
         args.out,
         seed=args.seed,
         max_train_worlds=args.max_train_worlds,
+        every=args.every,
         workers=args.input_workers,
         progress=not args.no_progress,
     )

@@ -85,16 +85,21 @@ def write_pack(
     val_fraction: float = 0.1,
     seed: int = 0,
     max_train_worlds: int | None = None,
+    every: int = 1,
     workers: int = 1,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Pack the store at `root` (its inputs for `spec`, built into the store's cache first); returns the metadata."""
+    """Pack the store at `root` (its inputs for `spec`, built into the store's cache first); returns the metadata.
+    `every` > 1 keeps every that many training examples of each world (a fast controller's consecutive steps are
+    near duplicates: the Jackal's come 44 ms apart); validation keeps them all."""
+    if every < 1:
+        raise DatasetError(f"write_pack.every: expected an integer >= 1, got {every!r}")
     store = wdata.DatasetStore.open(root)
     robot, n, dt = wdata.store_robot(store)
     spec = dataclasses.replace(spec, N=n, dt=dt)
     train_ids, val_ids = wdata.world_split(root, val_fraction, seed, max_train_worlds)
     cache = wdata.build_cache(root, spec, workers, train_ids + val_ids, progress=progress)
-    parts = {"train": wdata.load(cache, train_ids), "val": wdata.load(cache, val_ids)}
+    parts = {"train": _every(wdata.load(cache, train_ids), every), "val": wdata.load(cache, val_ids)}
     meta: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
@@ -102,6 +107,7 @@ def write_pack(
         "robot": asdict(robot),
         "spec": asdict(spec),
         "split": {"val_fraction": val_fraction, "seed": seed, "max_train_worlds": max_train_worlds},
+        "every": every,
         "train_worlds": train_ids,
         "val_worlds": val_ids,
         "grid_quantisation": {"bits": 8, "ranges": grid_ranges(spec).tolist()},
@@ -119,6 +125,16 @@ def write_pack(
         zf.writestr(_META, json.dumps(meta, indent=1))
     atomic_write_bytes(path, buf.getvalue())
     return meta
+
+
+def _every(arrays: wdata.Arrays, every: int) -> wdata.Arrays:
+    """Every `every`-th example of each world, from its first."""
+    if every == 1:
+        return arrays
+    first = np.r_[0, np.flatnonzero(np.diff(arrays.world)) + 1]  # `data.load` concatenates whole worlds
+    index_in_world = np.arange(len(arrays)) - np.repeat(first, np.diff(np.r_[first, len(arrays)]))
+    keep = index_in_world % every == 0
+    return wdata.Arrays(arrays.grid[keep], arrays.vector[keep], arrays.controls[keep], arrays.world[keep])
 
 
 def read_pack(path: str | os.PathLike[str]) -> Pack:
