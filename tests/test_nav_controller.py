@@ -236,8 +236,12 @@ def test_hybrid_takes_the_learned_start_on_fresh_problems_and_the_shift_otherwis
     out = c.step(grid, pose, out.command, goal)
     assert out.warm_start_source == "shift" and out.status == "planned" and len(calls) == 1
     pose = c.robot.step(pose, out.command, 0.1)
-    out = c.step(grid, pose, out.command, np.array([2.0, 2.6, 1.5]))  # the shift plans for the old goal
+    c._plan_age = 1  # as a step that fell back leaves it: the shift already failed on this problem
+    out = c.step(grid, pose, out.command, goal)
     assert out.warm_start_source == "learned" and out.plan.iterations <= 1 and len(calls) == 2
+    pose = c.robot.step(pose, out.command, 0.1)
+    out = c.step(grid, pose, out.command, np.array([2.0, 2.6, 1.5]))  # the shift plans for the old goal
+    assert out.warm_start_source == "learned" and out.plan.iterations <= 1 and len(calls) == 3
 
 
 def test_choose_start_is_shift_then_learned_then_cold():
@@ -246,6 +250,9 @@ def test_choose_start_is_shift_then_learned_then_cold():
         got, label = choose_start(*args)
         assert got is want and label == name
     assert choose_start(None, None) == (None, "cold")
+    # A stale shift (aged by steps that did not plan) gives way to the learned start, and is kept where there is none.
+    assert choose_start(shift, learned, shift_fresh=False) == (learned, "learned")
+    assert choose_start(shift, None, shift_fresh=False) == (shift, "shift")
 
 
 def test_modes_that_need_a_model_refuse_to_start_without_one(controller):

@@ -623,10 +623,12 @@ class Controller:
 
     def _prefetch_next(self, out: ControlOutput) -> None:
         """Start the model on the next step's problem as this step predicts it (`next_problem`): in "learned" mode
-        after every step that has a sub-goal, in "hybrid" only when the next step will have no shift to start from
-        (after a rotation to the path, a re-plan; the first step of a goal runs the model itself)."""
+        after every step that has a sub-goal, in "hybrid" only when the next step will have no fresh shift to start
+        from (after a rotation to the path, a re-plan, a step that did not plan; the first step of a goal runs the
+        model itself)."""
         assert self._prefetch is not None
-        needed = self.config.warm_start == "learned" or self._last_plan is None  # hybrid: only where no shift will be
+        # hybrid: only where the next step will have no fresh shift (none, or one aged by a step that did not plan)
+        needed = self.config.warm_start == "learned" or self._last_plan is None or self._plan_age > 0
         problem = self.next_problem(out) if needed else None
         if problem is None:
             self._prefetch.clear()
@@ -665,7 +667,8 @@ class Controller:
         if mode == "hybrid":
             if self._goal_changed:
                 shift = None  # planned towards another goal: this step is a fresh problem
-            return choose_start(shift, self._learned(context) if shift is None else None)
+            fresh = shift is not None and self._plan_age == 0
+            return choose_start(shift, None if fresh else self._learned(context), fresh)
         learned = self._learned(context) if mode == "learned" else None
         if learned is not None:
             return learned, "learned"
@@ -976,17 +979,24 @@ def same_goal(a: np.ndarray, b: np.ndarray, tolerance_m: float, robot: np.ndarra
     return float(np.hypot(*(a[:2] - b[:2]))) <= reach and d_yaw <= SAME_GOAL_YAW_RAD
 
 
-def choose_start(shift: WarmStart | None, learned: WarmStart | None) -> tuple[WarmStart | None, str]:
-    """The "hybrid" start: the shifted previous solution when there is one, else the learned start, else cold.
+def choose_start(
+    shift: WarmStart | None, learned: WarmStart | None, shift_fresh: bool = True
+) -> tuple[WarmStart | None, str]:
+    """The "hybrid" start: the shifted previous solution when it is fresh (the last step planned), else the learned
+    start, else a stale shift, else cold.
 
     A rule, not a comparison: the shift converges in ~1.1 SQP iterations and costs nothing, the learned start is as
     good there and costs an inference, and comparing the two on the NLP's merit cost ~0.5 ms a step for no iteration
     gained (`bench pipeline`, issue 25). Where there is no previous solution -- a new goal, after a fallback or a
-    recovery -- the learned start saves the cold start's iterations."""
-    if shift is not None:
+    recovery -- the learned start saves the cold start's iterations. A shift aged by steps that did not plan (a
+    fallback: the solve from it failed) is a start that already failed on this problem; the learned start, made for
+    the problem as it is now, replaces it (Jackal closed loop: `docs/learned_start.md`)."""
+    if shift is not None and shift_fresh:
         return shift, "shift"
     if learned is not None:
         return learned, "learned"
+    if shift is not None:
+        return shift, "shift"
     return None, "cold"
 
 
