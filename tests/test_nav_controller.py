@@ -244,6 +244,28 @@ def test_hybrid_takes_the_learned_start_on_fresh_problems_and_the_shift_otherwis
     assert out.warm_start_source == "learned" and out.plan.iterations <= 1 and len(calls) == 3
 
 
+def test_rti_keeps_its_shift_after_a_refused_iterate(controller):
+    """RTI spreads one solve over ticks: after a tick that did not plan, the next continues from the last accepted
+    iterate, not from the model (`_warm_start`)."""
+    grid, goal = room(False), np.array([2.5, 1.5, 0.0])
+    calls = []
+
+    def oracle(ctx):
+        calls.append(ctx)
+        res = c.mpc(grid.shape).solve(ctx.field, ctx.pose, ctx.velocity, ctx.subgoal, ctx.reference)
+        return WarmStart(res.states, res.controls)
+
+    cfg = ControllerConfig(warm_start="hybrid", prefetch_start=False, sqp_mode="rti")
+    c = Controller(controller.robot, controller.mpc_config, cfg, oracle)
+    c._mpcs = controller._mpcs
+    out = c.step(grid, [0.5, 1.5, 0.0], [0, 0], goal)
+    assert out.warm_start_source == "learned" and len(calls) == 1
+    pose = c.robot.step(np.array([0.5, 1.5, 0.0]), out.command, 0.1)
+    c._plan_age = 1  # as a refused iterate leaves it
+    out = c.step(grid, pose, out.command, goal)
+    assert out.warm_start_source == "shift" and len(calls) == 1
+
+
 def test_choose_start_is_shift_then_learned_then_cold():
     shift, learned = WarmStart(np.zeros((2, 3)), np.zeros((1, 2))), WarmStart(np.ones((2, 3)), np.ones((1, 2)))
     for args, want, name in (((shift, learned), shift, "shift"), ((None, learned), learned, "learned")):

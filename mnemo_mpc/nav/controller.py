@@ -628,7 +628,8 @@ class Controller:
         model itself)."""
         assert self._prefetch is not None
         # hybrid: only where the next step will have no fresh shift (none, or one aged by a step that did not plan)
-        needed = self.config.warm_start == "learned" or self._last_plan is None or self._plan_age > 0
+        stale = self._plan_age > 0 and self.config.sqp_mode != "rti"  # `_warm_start`: RTI keeps its shift
+        needed = self.config.warm_start == "learned" or self._last_plan is None or stale
         problem = self.next_problem(out) if needed else None
         if problem is None:
             self._prefetch.clear()
@@ -667,7 +668,9 @@ class Controller:
         if mode == "hybrid":
             if self._goal_changed:
                 shift = None  # planned towards another goal: this step is a fresh problem
-            fresh = shift is not None and self._plan_age == 0
+            # RTI's iterates are one solve spread over ticks: a tick whose iterate was refused continues from the last
+            # accepted one (with the learned start there, corridor-1001 refused 524 iterates in a row and failed).
+            fresh = shift is not None and (self._plan_age == 0 or self.config.sqp_mode == "rti")
             return choose_start(shift, None if fresh else self._learned(context), fresh)
         learned = self._learned(context) if mode == "learned" else None
         if learned is not None:
