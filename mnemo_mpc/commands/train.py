@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import zipfile
 
 from mnemo_mpc.commands import _args
+from mnemo_mpc.errors import InputError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -86,6 +88,8 @@ def handler(args: argparse.Namespace) -> int:
     # Paths and device first (no torch import for a typo), then the configs; nothing is written before both pass.
     if not os.path.isfile(args.data):
         _args.check_input_dir(args.data, "--data")
+    elif not zipfile.is_zipfile(args.data):  # the pack itself is checked member by member when it is read
+        raise InputError(f"--data: {args.data} is neither a store directory nor a pack (`mnemo-mpc data pack`)")
     _args.check_output_dir(args.out, "--out")
     _args.check_device(args.device, auto=True)
     config = config_from_args(args)  # the configs' own checks (crop a multiple of the patch, ...)
