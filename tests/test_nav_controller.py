@@ -214,22 +214,26 @@ def test_the_prefetched_problem_has_the_next_steps_subgoal_and_reference(control
         assert ahead.reference is None and out.reference is None
 
 
+def _oracle_controller(controller: Controller, config: ControllerConfig) -> tuple[Controller, list]:
+    """A controller whose "model" returns the step's own optimum (converged at once), recording each call."""
+    calls: list = []
+
+    def oracle(ctx):
+        calls.append(ctx)
+        res = c.mpc(ctx.field.grid.shape).solve(ctx.field, ctx.pose, ctx.velocity, ctx.subgoal, ctx.reference)
+        return WarmStart(res.states, res.controls)
+
+    c = Controller(controller.robot, controller.mpc_config, config, oracle)
+    c._mpcs = controller._mpcs
+    return c, calls
+
+
 def test_hybrid_takes_the_learned_start_on_fresh_problems_and_the_shift_otherwise(controller):
     """The rule (`choose_start`): the first step of a goal and a new goal are fresh problems (the learned start, here
     the problem's own optimum: converged at once); with a previous solution for the same goal, the shift, and the
     model is not run on the step at all."""
     grid, goal = room(False), np.array([2.5, 1.5, 0.0])
-    calls = []
-
-    def oracle(ctx):
-        calls.append(ctx)
-        res = c.mpc(grid.shape).solve(ctx.field, ctx.pose, ctx.velocity, ctx.subgoal, ctx.reference)
-        return WarmStart(res.states, res.controls)
-
-    c = Controller(
-        controller.robot, controller.mpc_config, ControllerConfig(warm_start="hybrid", prefetch_start=False), oracle
-    )
-    c._mpcs = controller._mpcs
+    c, calls = _oracle_controller(controller, ControllerConfig(warm_start="hybrid", prefetch_start=False))
     out = c.step(grid, [0.5, 1.5, 0.0], [0, 0], goal)
     assert out.warm_start_source == "learned" and out.plan.iterations <= 1 and len(calls) == 1
     pose = c.robot.step(np.array([0.5, 1.5, 0.0]), out.command, 0.1)
@@ -248,16 +252,9 @@ def test_rti_keeps_its_shift_after_a_refused_iterate(controller):
     """RTI spreads one solve over ticks: after a tick that did not plan, the next continues from the last accepted
     iterate, not from the model (`_warm_start`)."""
     grid, goal = room(False), np.array([2.5, 1.5, 0.0])
-    calls = []
-
-    def oracle(ctx):
-        calls.append(ctx)
-        res = c.mpc(grid.shape).solve(ctx.field, ctx.pose, ctx.velocity, ctx.subgoal, ctx.reference)
-        return WarmStart(res.states, res.controls)
-
-    cfg = ControllerConfig(warm_start="hybrid", prefetch_start=False, sqp_mode="rti")
-    c = Controller(controller.robot, controller.mpc_config, cfg, oracle)
-    c._mpcs = controller._mpcs
+    c, calls = _oracle_controller(
+        controller, ControllerConfig(warm_start="hybrid", prefetch_start=False, sqp_mode="rti")
+    )
     out = c.step(grid, [0.5, 1.5, 0.0], [0, 0], goal)
     assert out.warm_start_source == "learned" and len(calls) == 1
     pose = c.robot.step(np.array([0.5, 1.5, 0.0]), out.command, 0.1)
