@@ -19,6 +19,10 @@ from mnemo_mpc.warmstart import MODES
 TITLE = "Learned warm start of the SQP MPC (spatial Mnemosyne ViT)"
 PAPER = "seed 002 §5.2 (4.78 → 1 SQP iterations; 0.12 s → 0.048 s incl. 0.011 s inference)"
 
+# issue-25b: the prefetched start is made for the next step's sub-goal and reference (`Controller.next_problem`), and
+# its velocity is the plan's first control: what a seed computes changed, with the config unchanged
+PROTOCOL = "issue-25b"
+
 PAPER_ROWS = {"cold": (4.78, 120.0, None), "learned": (1.0, 48.0, 11.0)}  # iterations, total ms, inference ms
 
 

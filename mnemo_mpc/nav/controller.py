@@ -106,7 +106,8 @@ class ControllerConfig:
     prefetch_start: bool = True
     # mnemo_mpc.warmstart.SQP_MODES: "full" iterates to convergence (up to MPCConfig.max_iter); "rti" runs one SQP
     # iteration per tick from the start (real-time iteration: the next tick starts from this iterate, shifted) and
-    # sends its first control when the iterate keeps the footprint collision-free, else falls back as a failed solve
+    # sends its first control when the iterate keeps the footprint collision-free over the horizon, else falls back as
+    # a failed solve and the next tick goes on from the refused iterate
     sqp_mode: str = "full"
     # Getting unstuck (issue 10 item 4; names after Nav2's planner server, progress checker and behaviours).
     plan_own_path: bool = True  # with no global path given, plan one on what the local grids have shown (own_path)
@@ -268,6 +269,8 @@ class Controller:
         self._last_plan: PlanResult | None = None  # last successful plan
         self._targets: Targets | None = None  # the last step's sub-goal and reference as a function of the pose
         self._plan_age = 0  # control steps applied since `_last_plan` was computed
+        # RTI: the last iterate, when it was refused (not sent): the solve goes on from it next tick (`_warm_start`)
+        self._rti_iterate: WarmStart | None = None
         cfg = self.config
         self._own = OwnPath(
             self.robot, cfg.planner_unknown_policy, cfg.replan_period_s, cfg.seen_map_max_m, cfg.plan_own_path_async
@@ -304,6 +307,7 @@ class Controller:
         self._progress = 0
         self._last_plan = None
         self._plan_age = 0
+        self._rti_iterate = None
         self._own.reset()
         self._own_progress = 0.0
         self._clock = 0.0
@@ -429,6 +433,7 @@ class Controller:
         if self._goal_changed:
             self._reset_recovery(goal)
             self._own.clear_path()
+            self._rti_iterate = None
             if self._prefetch is not None:
                 self._prefetch.clear()  # predicted for the old goal
         self._goal = goal.copy()  # the same goal re-expressed (a localiser's frame update) moves with it
@@ -532,6 +537,7 @@ class Controller:
             self._blocked_since = None  # a start out of collision ends a blocked spell
 
         flags: list[str] = ["moving_obstacle"] if self._moving is not None and self._moving.last_detections else []
+        self._rti_iterate = None
         if plan is not None and plan.success:
             command = plan.controls[0].copy()
             status = "planned"
@@ -540,14 +546,16 @@ class Controller:
             rti
             and plan is not None
             and plan.status in UNFINISHED
-            and self._plan_safe(field_, pose, plan.controls, margin)
+            and self._plan_safe(field_, pose, plan.controls, margin, braking=False)
         ):
-            command = plan.controls[0].copy()  # the real-time iterate, checked as a fallback's would be
+            command = plan.controls[0].copy()  # the real-time iterate, its horizon checked as the solver's would be
             status = "planned"
             flags.append("rti_iterate")
             self._last_plan, self._plan_age = plan, 0
         else:
             flags.append("solve_failed")
+            if rti and plan is not None and plan.status in UNFINISHED and np.all(np.isfinite(plan.controls)):
+                self._rti_iterate = WarmStart(plan.states.copy(), plan.controls.copy())
             command, status = self._fallback(field_, pose, velocity, margin, plan)
             if status == "fallback_stop" and self._blocked_since is not None:
                 status = "fallback_stop_blocked"  # the start is in collision on this grid: why the robot stops
@@ -628,8 +636,9 @@ class Controller:
         model itself)."""
         assert self._prefetch is not None
         # hybrid: only where the next step will have no fresh shift (none, or one aged by a step that did not plan)
-        stale = self._plan_age > 0 and self.config.sqp_mode != "rti"  # `_warm_start`: RTI keeps its shift
-        needed = self.config.warm_start == "learned" or self._last_plan is None or stale
+        # and no refused RTI iterate to go on from (`_warm_start`)
+        needed = self.config.warm_start == "learned" or self._last_plan is None or self._plan_age > 0
+        needed = needed and self._rti_iterate is None
         problem = self.next_problem(out) if needed else None
         if problem is None:
             self._prefetch.clear()
@@ -664,13 +673,16 @@ class Controller:
         mode = self.config.warm_start
         if mode == "cold":
             return None, "cold"
+        if self._rti_iterate is not None:
+            # RTI's iterates are one solve spread over ticks: a refused iterate (not sent) is where that solve stands,
+            # further on than the start it came from. Restarting from the model or the last accepted plan instead
+            # threw every tick's iteration away: Jackal corridor-1001, 524 refused in a row, failed.
+            return self._rti_iterate, "rti_iterate"
         shift = self._shifted()
         if mode == "hybrid":
             if self._goal_changed:
                 shift = None  # planned towards another goal: this step is a fresh problem
-            # RTI's iterates are one solve spread over ticks: a tick whose iterate was refused continues from the last
-            # accepted one (with the learned start there, corridor-1001 refused 524 iterates in a row and failed).
-            fresh = shift is not None and (self._plan_age == 0 or self.config.sqp_mode == "rti")
+            fresh = shift is not None and self._plan_age == 0
             return choose_start(shift, None if fresh else self._learned(context), fresh)
         learned = self._learned(context) if mode == "learned" else None
         if learned is not None:
@@ -800,16 +812,28 @@ class Controller:
                 return plan.controls[k].copy(), "fallback_previous_plan"
         return self.stop_command(velocity), "fallback_stop"
 
-    def _plan_safe(self, field_: DistanceField, pose: np.ndarray, controls: np.ndarray, margin: float | None) -> bool:
+    def _plan_safe(
+        self,
+        field_: DistanceField,
+        pose: np.ndarray,
+        controls: np.ndarray,
+        margin: float | None,
+        braking: bool = True,
+    ) -> bool:
         """`controls` rolled out from `pose`, then braked to rest within the acceleration limits (`braking_tail`),
         keep every covering disc at the margin a solve from here demands. The tail matters: a plan is only checked to
         its horizon, and a previous plan followed step after step at speed (solves refused, a loaded CPU) left the
         Jackal at 1.3 m/s with its plan used up and a stop too late to miss the wall (dense-1007, five processes on two
-        cores: a collision)."""
+        cores: a collision).
+
+        `braking=False` checks the horizon alone: the guarantee a converged plan has, for an RTI iterate the next tick
+        solves on from as a full solve's next step does. With the tail, RTI refused 586 of 703 iterates on Jackal
+        corridor-1001 whose horizons were clear (each ending at 1.7 m/s) and stopped the robot three ticks in four."""
         controls = np.asarray(controls, dtype=float)
         if not np.all(np.isfinite(controls)):
             return False
-        controls = np.concatenate([controls, self.braking_tail(controls[-1])])
+        if braking:
+            controls = np.concatenate([controls, self.braking_tail(controls[-1])])
         states = self.robot.rollout(pose, controls, self.mpc_config.dt)
         pts = self.robot.densify(states, controls, self.mpc_config.dt, self.mpc_config.densify)
         mpc = self.mpc(field_.shape)
