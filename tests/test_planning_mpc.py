@@ -146,6 +146,23 @@ def test_failed_solve_reports_failure_without_nan(mpc):
     assert math.isfinite(res.max_dynamics_violation) and math.isfinite(res.min_clearance)
 
 
+def test_a_warm_start_whose_qp_is_infeasible_restarts_cold(mpc):
+    """A start driven into the wall at full speed linearises to a QP with no feasible step; the solve goes on from the
+    cold start (hold the pose) with the iterations left, where it would otherwise fail on every step it is given
+    (Jackal mapless dense-1013 stood 8 s with its learned start's QP infeasible)."""
+    field, goal = wall_field(), np.array([1.2, 0.0, 0.0])
+    state, n = np.array([0.0, 0.0, 0.0]), mpc.config.N
+    controls = np.tile([ROBOT.v_max, 0.0], (n, 1))
+    into_wall = WarmStart(ROBOT.rollout(state, controls, mpc.config.dt), controls)
+    res = mpc.solve(field, state, np.zeros(2), goal, warm_start=into_wall)
+    assert res.solver_stats["restarted_cold_after"] == "qp_infeasible" and res.start == "warm"
+    check_solution(res, state, np.zeros(2))
+    assert res.iterations >= 2  # the warm start's failed QP is counted
+    assert "restarted_cold_after" not in mpc.solve(field, state, np.zeros(2), goal).solver_stats
+    # max_iter=1 leaves nothing to restart with: the failure is reported
+    assert mpc.solve(field, state, np.zeros(2), goal, warm_start=into_wall, max_iter=1).status == "qp_infeasible"
+
+
 def test_fallback_ipopt_rescues_a_capped_sqp():
     mpc = SQPMPC(ROBOT, MPCConfig(max_iter=1, fallback="ipopt"), SHAPE)
     state = np.array([-1.0, 0.0, 0.0])

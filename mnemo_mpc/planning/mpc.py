@@ -428,7 +428,15 @@ class SQPMPC:
         p = self.parameters(field, state, velocity, goal, reference)
         lbg = self._constraint_lower(self._bound_distances(field, state, disc_d0), margin)
         solve = self._solve_sqp if cfg.method == "sqp" else self._solve_sqpmethod
-        out = solve(state, guess, p, lbg, cfg.max_iter if max_iter is None else max_iter)
+        iters = cfg.max_iter if max_iter is None else max_iter
+        out = solve(state, guess, p, lbg, iters)
+        if (
+            cfg.method == "sqp"
+            and out["status"].startswith("qp_infeasible")
+            and warm_start is not None
+            and out["iterations"] < iters
+        ):
+            out = self._restart_cold(out, state, p, lbg, iters)
         if not out["success"] and cfg.fallback is not None and use_fallback:
             out = self._solve_fallback(out, state, guess, p, lbg)
         states, controls = out["states"], out["controls"]
@@ -547,7 +555,31 @@ class SQPMPC:
                 raise InputError("SQPMPC.solve.warm_start: multipliers contain NaN or inf")
         return ws, label or "warm"
 
-    def _solve_sqp(self, state: np.ndarray, guess: WarmStart, p: np.ndarray, lbg: np.ndarray, max_iter: int) -> dict:
+    def _restart_cold(self, first: dict, state: np.ndarray, p: np.ndarray, lbg: np.ndarray, max_iter: int) -> dict:
+        """The solve again from the cold start (hold the pose), with the iterations and time the warm start left.
+
+        A warm start whose linearisation has no feasible QP step (a learned start bent round the wrong side of an
+        obstacle) would fail the same way on every step it is given, while the hold-pose start's first QP is feasible
+        whenever the robot can stop: Jackal mapless dense-1013 sat 8 s at one pose, its learned start's QP infeasible
+        on every step, its cold start converging in one iteration."""
+        budget = self.config.max_time_s
+        left = None if budget is None else max(budget - first["time_s"], 1e-6)
+        out = self._solve_sqp(state, self.cold_start(state), p, lbg, max_iter - first["iterations"], left)
+        out["iterations"] += first["iterations"]
+        out["time_s"] += first["time_s"]
+        out["cpu_s"] += first["cpu_s"]
+        out["stats"] = dict(out["stats"], restarted_cold_after=first["status"])
+        return out
+
+    def _solve_sqp(
+        self,
+        state: np.ndarray,
+        guess: WarmStart,
+        p: np.ndarray,
+        lbg: np.ndarray,
+        max_iter: int,
+        max_time_s: float | None = None,
+    ) -> dict:
         t0, c0 = time.perf_counter(), time.process_time()
         res = self._sqp.solve(
             np.asarray(guess.controls, dtype=float).reshape(-1),
@@ -559,6 +591,7 @@ class SQPMPC:
             guess.lam_g,
             guess.lam_x,
             max_iter=max_iter,
+            max_time_s=max_time_s,
         )
         elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
         return {

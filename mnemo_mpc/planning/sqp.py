@@ -163,11 +163,14 @@ class SQP:
         lam_g0: np.ndarray | None = None,
         lam_x0: np.ndarray | None = None,
         max_iter: int | None = None,
+        max_time_s: float | None = None,
     ) -> SQPResult:
+        """`max_iter` and `max_time_s` (None: the options') bound this call."""
         import daqp
 
         opt, problem, nx = self.options, self.problem, self.nx
         max_iter = opt.max_iter if max_iter is None else int(max_iter)
+        max_time_s = opt.max_time_s if max_time_s is None else float(max_time_s)
         t_start = time.perf_counter()
         t_deriv = t_qp = t_ls = 0.0
         problem.set_parameters(p)
@@ -207,7 +210,7 @@ class SQP:
                 break
             if iterations >= max_iter:
                 break
-            if opt.max_time_s is not None and time.perf_counter() - t_start >= opt.max_time_s:
+            if max_time_s is not None and time.perf_counter() - t_start >= max_time_s:
                 status = "time_limit"
                 break
             # QP in the step d: bounds on x and on the linearised g, both relative to z = (x, g(x)).
