@@ -22,8 +22,8 @@ from typing import Any
 import yaml
 
 from mnemo_mpc.errors import InputError
+from mnemo_mpc.nav.modes import MODES, SQP_MODES
 from mnemo_mpc.safe_io import load_yaml
-from mnemo_mpc.warmstart import MODES, SQP_MODES
 
 NODE_NAME = "mnemo_mpc_nav"
 # Share of the control period one SQP solve may take (wall clock, checked after each iteration): the rest of the tick
@@ -341,9 +341,9 @@ class NavParams:
         )
 
     def realism(self, level: str = "profile") -> Any:
-        """The simulated robot these parameters state (`mnemo_mpc.sim.realism.realism_for`); each bad value an
+        """The simulated robot these parameters state (`mnemo_mpc.realism.realism_for`); each bad value an
         InputError naming its parameter."""
-        from mnemo_mpc.sim.realism import realism_for
+        from mnemo_mpc.realism import realism_for
 
         try:
             return realism_for(self, level)

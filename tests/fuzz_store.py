@@ -303,11 +303,7 @@ def build_store(root: Path, worlds: int = 2, time_limit_s: float | None = None) 
     from mnemo_mpc.dataset.collect import CollectConfig, collect
     from mnemo_mpc.sim.episode import EpisodeConfig
 
-    cfg = (
-        CollectConfig()
-        if time_limit_s is None
-        else CollectConfig(episode=EpisodeConfig(record=True, time_limit_s=time_limit_s))
-    )
+    cfg = CollectConfig() if time_limit_s is None else CollectConfig(episode=EpisodeConfig(time_limit_s=time_limit_s))
     collect(root, worlds, cfg, workers=1, progress=False)
     return root
 
@@ -719,11 +715,7 @@ def _bench_main(args: argparse.Namespace, argv: list[str] | None) -> int:
             root, collected = Path(args.store), None
         else:
             root = Path(tmp) / "store"
-            ep = (
-                EpisodeConfig(record=True)
-                if args.time_limit_s is None
-                else EpisodeConfig(record=True, time_limit_s=args.time_limit_s)
-            )
+            ep = EpisodeConfig() if args.time_limit_s is None else EpisodeConfig(time_limit_s=args.time_limit_s)
             summary = collect(root, args.worlds, CollectConfig(episode=ep), workers=1, progress=False)
             collected = {k: summary[k] for k in ("worlds_collected_now", "examples_now", "wall_s", "examples_per_s")}
         if collected is not None:

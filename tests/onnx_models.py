@@ -12,8 +12,7 @@ from typing import Any
 import numpy as np
 
 from mnemo_mpc.planning.robot import RobotModel
-from mnemo_mpc.warmstart.export import FORMAT
-from mnemo_mpc.warmstart.inputs import InputSpec
+from mnemo_mpc.warmstart.inputs import FORMAT, InputSpec
 
 ROBOT = RobotModel()  # the built-in robot: what `eval` plans for without --params
 

@@ -318,7 +318,7 @@ def test_collect_raises_collect_interrupted_and_restores_handlers(tmp_path):
     root = tmp_path / "ds"
     seen: list[int] = []
     previous = signal.signal(signal.SIGTERM, lambda s, f: seen.append(s))
-    cfg = CollectConfig(seed=0, episode=EpisodeConfig(record=True, time_limit_s=2.0, keep_plan_every=0))
+    cfg = CollectConfig(seed=0, episode=EpisodeConfig(time_limit_s=2.0, keep_plan_every=0))
 
     finished = threading.Event()
 

@@ -16,7 +16,7 @@ pytest.importorskip("pybullet")
 
 STEPS = 20
 # 20 steps per world at 10 Hz: the time limit cuts every episode short (status "timeout"), which keeps tests fast.
-CFG = CollectConfig(seed=0, episode=EpisodeConfig(record=True, time_limit_s=STEPS * 0.1, keep_plan_every=0))
+CFG = CollectConfig(seed=0, episode=EpisodeConfig(time_limit_s=STEPS * 0.1, keep_plan_every=0))
 
 
 def snapshot(root, wid):
@@ -81,7 +81,7 @@ def test_failed_episode_is_recorded_with_status_error(tmp_path, monkeypatch):
 def test_ray_local_mode(tmp_path):  # ~7 s on a quiet machine: Ray's start-up dominates
     pytest.importorskip("ray", reason="Ray is not installed; the --ray-address path cannot run")
     root = tmp_path / "ds"
-    cfg = CollectConfig(seed=0, episode=EpisodeConfig(record=True, time_limit_s=0.5, keep_plan_every=0))
+    cfg = CollectConfig(seed=0, episode=EpisodeConfig(time_limit_s=0.5, keep_plan_every=0))
     summary = collect(root, 2, cfg, workers=1, ray_address="local", progress=False)
     assert summary["worlds_collected_now"] == 2
     assert DatasetStore.open(root).manifest["counts"]["examples"] == 10

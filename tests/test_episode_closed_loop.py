@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mnemo_mpc.dataset.recorder import ExpertRecorder
 from mnemo_mpc.errors import InfeasibleProblemError
 from mnemo_mpc.nav.controller import Controller
 from mnemo_mpc.planning.grid import OccupancyGrid
@@ -38,7 +39,9 @@ def controller():
 
 def test_episode_reaches_goal_without_collision(sim, controller, tmp_path):
     world = small_world()
-    res = run_episode(world, sim=sim, controller=controller, config=EpisodeConfig(record=True, keep_plan_every=5))
+    res = run_episode(
+        world, sim=sim, controller=controller, config=EpisodeConfig(keep_plan_every=5), observer=ExpertRecorder()
+    )
     m = res.metrics
     assert m["success"] and not m["collision"] and not m["timeout"], m
     assert m["final_dist_to_goal_m"] <= 0.25
@@ -84,8 +87,8 @@ def test_a_step_that_planned_nothing_is_recorded_with_the_goal_as_its_sub_goal()
     Jackal profile raised on its first recovery, and every world was stored as an error)."""
     from types import SimpleNamespace
 
+    from mnemo_mpc.dataset.recorder import _record_step
     from mnemo_mpc.nav.controller import ControlOutput
-    from mnemo_mpc.sim.episode import _record_step
 
     world = small_world()
     goal = np.array([3.3, 1.5, 0.0])

@@ -115,7 +115,7 @@ def test_collect_corrupt_repair_recollect(collected, tmp_path, capsys):
     assert main(["data", "verify", str(root), "--repair", "--no-progress"]) == 1
     assert "w000001 array expert_states chunk c/0/0/0: chunk is missing" in capsys.readouterr().out
     assert DatasetStore.open(root).world_ids == [0]
-    cfg = CollectConfig(episode=EpisodeConfig(record=True, time_limit_s=TIME_LIMIT_S))
+    cfg = CollectConfig(episode=EpisodeConfig(time_limit_s=TIME_LIMIT_S))
     summary = collect(root, 2, cfg, workers=1, progress=False)
     assert summary["worlds_collected_now"] == 1
     assert main(["data", "verify", str(root), "--no-progress"]) == 0

@@ -35,7 +35,7 @@ def store(tmp_path_factory):
     from mnemo_mpc.sim.episode import EpisodeConfig
 
     root = tmp_path_factory.mktemp("ws") / "store"
-    cfg = CollectConfig(seed=7, episode=EpisodeConfig(record=True, time_limit_s=STEPS * 0.1, keep_plan_every=0))
+    cfg = CollectConfig(seed=7, episode=EpisodeConfig(time_limit_s=STEPS * 0.1, keep_plan_every=0))
     collect(root, 4, cfg, workers=1, progress=False)
     return root
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mnemo_mpc.dataset.recorder import ExpertRecorder, stack_record
 from mnemo_mpc.dataset.store import DatasetStore, WorldRecord, write_world
 from mnemo_mpc.errors import DatasetError, InputError
 from mnemo_mpc.nav.controller import ControllerConfig
@@ -79,7 +80,7 @@ class CollectInterrupted(KeyboardInterrupt):
 def _episode_config_default() -> Any:
     from mnemo_mpc.sim.episode import EpisodeConfig
 
-    return EpisodeConfig(record=True)
+    return EpisodeConfig()
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,8 @@ class CollectConfig:
     mpc: MPCConfig = field(default_factory=MPCConfig)
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     episode: Any = field(default_factory=_episode_config_default)  # mnemo_mpc.sim.episode.EpisodeConfig
+    # A closed-loop solve stopped at its cap is continued this far for the expert (`dataset.recorder`)
+    expert_max_iter: int = 100
     model: str | None = None  # warm-start model (ONNX) for controller.warm_start "learned" / "hybrid"
     # The simulator (body, period, lidar, realism: `closed_loop_setup(...).sim`); None: the robot's ideal one
     sim: Any = None
@@ -101,8 +104,8 @@ class CollectConfig:
     def __post_init__(self) -> None:
         if int(self.seed) < 0:
             raise InputError(f"CollectConfig.seed: expected a non-negative integer, got {self.seed}")
-        if not getattr(self.episode, "record", False):
-            raise InputError("CollectConfig.episode.record must be True: collection records every step")
+        if int(self.expert_max_iter) < 1:
+            raise InputError(f"CollectConfig.expert_max_iter: expected an integer >= 1, got {self.expert_max_iter}")
         from mnemo_mpc.planning.worlds import ALL_KINDS
 
         kinds = tuple(self.kinds)
@@ -237,7 +240,12 @@ def collect_world(root: str, world_id: int, config: CollectConfig) -> dict[str, 
         kind = world.kind
         sim, controller = _worker_state(config)
         result = run_episode(
-            world, sim=sim, controller=controller, config=config.episode, on_step=_fault_hook(world_id)
+            world,
+            sim=sim,
+            controller=controller,
+            config=config.episode,
+            on_step=_fault_hook(world_id),
+            observer=ExpertRecorder(config.expert_max_iter),
         )
         info = {k: v for k, v in result.metrics.items() if k not in ("world",)}
         info["wall_time_s"] = time.perf_counter() - t0
@@ -245,9 +253,7 @@ def collect_world(root: str, world_id: int, config: CollectConfig) -> dict[str, 
         record = WorldRecord(world_id, seed, kind, result.metrics["outcome"], result.record or {}, info)
     except Exception as exc:  # recorded, never dropped: the manifest counts "error" worlds
         log.warning("world %d (seed %d) failed: %s: %s", world_id, seed, type(exc).__name__, exc)
-        from mnemo_mpc.sim.episode import _stack_record
-
-        empty = _stack_record({}, (1, 1), config.mpc.N)
+        empty = stack_record({}, (1, 1), config.mpc.N)
         info = {
             "error": f"{type(exc).__name__}: {exc}",
             "traceback": traceback.format_exc(limit=5),

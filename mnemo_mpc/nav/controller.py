@@ -48,6 +48,7 @@ from mnemo_mpc.nav import recovery, rotation_shim
 from mnemo_mpc.nav.actuation import ActuationModel, CommandHistory
 from mnemo_mpc.nav.clearing import clear_robot_cells
 from mnemo_mpc.nav.maneuver import Maneuver, plan_maneuver
+from mnemo_mpc.nav.modes import MODES, SQP_MODES
 from mnemo_mpc.nav.moving_obstacles import MovingObstacleConfig, MovingObstacles, stopping_reach
 from mnemo_mpc.nav.own_path import OwnPath
 from mnemo_mpc.nav.prefetch import Prefetcher, Targets, next_context
@@ -60,7 +61,6 @@ from mnemo_mpc.planning.global_path import inflation_radius
 from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.planning.mpc import SQPMPC, MPCConfig, PlanResult, WarmStart
 from mnemo_mpc.planning.robot import RobotModel
-from mnemo_mpc.warmstart import MODES, SQP_MODES
 
 log = logging.getLogger(__name__)
 
@@ -100,11 +100,11 @@ class ControllerConfig:
     # width has 5 % of the width to spare on each side; the full margin would stop the robot in front of it).
     min_margin_m: float = 0.01
     reuse_previous_plan: bool = True  # on a failed solve, follow the previous plan while it stays collision-free
-    # mnemo_mpc.warmstart.MODES (module docstring); "learned" and "hybrid" need a warm-start provider
+    # mnemo_mpc.nav.modes.MODES; "learned" and "hybrid" need a warm-start provider
     warm_start: str = "shift"
     # Run the provider for the next step during this period (nav.prefetch); False: on the step, before its solve
     prefetch_start: bool = True
-    # mnemo_mpc.warmstart.SQP_MODES: "full" iterates to convergence (up to MPCConfig.max_iter); "rti" runs one SQP
+    # mnemo_mpc.nav.modes.SQP_MODES: "full" iterates to convergence (up to MPCConfig.max_iter); "rti" runs one SQP
     # iteration per tick from the start (real-time iteration: the next tick starts from this iterate, shifted) and
     # sends its first control when the iterate keeps the footprint collision-free over the horizon, else falls back as
     # a failed solve and the next tick goes on from the refused iterate

@@ -2,10 +2,9 @@
 at the control rate, replanning every step from the shifted previous solution (seed 002 §5.2: "For each MPC step,
 one instance of trajectory optimization with SQP was run").
 
-The same loop serves the demo, the evaluation and the dataset collection. With `EpisodeConfig.record` it also keeps,
-per step, the context (local grid, pose, velocity, goal, sub-goal) and the *expert* trajectory: the SQP solution
-converged to tolerance. A closed-loop solve that converged within the 10-iteration cap already is that solution; a
-solve that stopped at the cap is continued from the same start with `expert_max_iter` iterations.
+The same loop serves the demo, the evaluation and the dataset collection. A `StepObserver` sees every step as it
+happens; the dataset's recorder (`mnemo_mpc.dataset.recorder.ExpertRecorder`) is one, and what it keeps comes back
+as `EpisodeResult.record`. The loop itself knows nothing of datasets.
 """
 
 from __future__ import annotations
@@ -15,14 +14,14 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from mnemo_mpc.errors import InputError
 from mnemo_mpc.nav.controller import Controller, ControllerConfig, ControlOutput
 from mnemo_mpc.planning.global_path import plan_global_path
-from mnemo_mpc.planning.mpc import MPCConfig, PlanResult
+from mnemo_mpc.planning.mpc import MPCConfig
 from mnemo_mpc.planning.robot import RobotModel
 from mnemo_mpc.planning.worlds import World
 
@@ -39,8 +38,6 @@ class EpisodeConfig:
     time_limit_s: float | None = None
     time_base_s: float = 20.0
     time_per_m: float = 5.0  # 2.5x the time at the reference speed (0.4 m/s) along the global path
-    record: bool = False  # keep grids and expert trajectories for the dataset
-    expert_max_iter: int = 100
     keep_plan_every: int = 10  # keep every k-th planned horizon for plots
     # False: the controller gets no global path and finds its own way (`ControllerConfig.plan_own_path`); the path
     # on the known map is still computed, for the time ratio and the time limit.
@@ -61,7 +58,7 @@ class EpisodeResult:
     global_path: np.ndarray  # (M, 2)
     plans: list[tuple[int, np.ndarray]]  # (step, planned states (N+1, 3)) every keep_plan_every steps
     world: World
-    record: dict[str, Any] | None = None  # per-step arrays keyed as mnemo_mpc.dataset.store.STEP_FIELDS
+    record: Any = None  # what the observer kept (`StepObserver.finish`); None without one
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -78,33 +75,17 @@ def percentiles(values: list[float] | np.ndarray, digits: int = 4) -> dict[str, 
     }
 
 
-def _converged(plan: PlanResult | None) -> bool:
-    # sqpmethod reports success only when its primal/dual tolerances are met; the NLP fallback likewise.
-    return plan is not None and plan.success
+class StepObserver(Protocol):
+    """Sees each control step of `run_episode` after the controller has decided it, before the simulator runs it."""
 
+    def step(self, k: int, obs: Any, goal: np.ndarray, out: ControlOutput, controller: Controller) -> dict[str, Any]:
+        """Step `k`: the observation the controller got, its goal (controller frame) and output. Returns extra
+        per-step stats for `EpisodeResult.steps` (may be empty)."""
+        ...
 
-def _expert(controller: Controller, out: ControlOutput, obs: Any, goal: np.ndarray, max_iter: int) -> PlanResult | None:
-    """The converged solution for this step's problem (see the module docstring)."""
-    if _converged(out.plan):
-        return out.plan
-    if out.field is None or out.solve_error is not None:
-        return None
-    mpc = controller.mpc(obs.local_grid.shape)
-    start = out.start_state if out.start_state is not None else np.concatenate([obs.pose, obs.velocity])
-    try:
-        return mpc.solve(
-            out.field,
-            start[:3],
-            start[3:],
-            out.subgoal,
-            reference=out.reference,
-            warm_start=out.warm_start,
-            max_iter=max_iter,
-            start_label="expert",
-        )
-    except InputError as exc:
-        log.debug("expert solve refused: %s", exc)
-        return None
+    def finish(self, grid_shape: tuple[int, int], n: int) -> Any:
+        """What the observer kept, once the episode is over (local grids of `grid_shape`, horizons of `n` steps)."""
+        ...
 
 
 def run_episode(
@@ -115,11 +96,13 @@ def run_episode(
     robot: RobotModel | None = None,
     mpc_config: MPCConfig | None = None,
     on_step: Callable[[dict[str, Any]], None] | None = None,
+    observer: StepObserver | None = None,
 ) -> EpisodeResult:
     """Drive `world.start` -> `world.goal` in the simulator (a new `Simulator()` unless one is given).
 
     Raises `InfeasibleProblemError` when the world has no global path (start or goal in an obstacle, disconnected).
-    `on_step` receives each per-step stats dict as it happens (progress printing, fault injection in tests).
+    `on_step` receives each per-step stats dict as it happens (progress printing, fault injection in tests);
+    `observer` sees each step's full context (`StepObserver`; the dataset's recorder).
     """
     cfg = config or EpisodeConfig()
     robot = robot or RobotModel()
@@ -148,7 +131,6 @@ def run_episode(
         )
     steps: list[dict[str, Any]] = []
     plans: list[tuple[int, np.ndarray]] = []
-    rec: dict[str, list[Any]] | None = {} if cfg.record else None
     try:
         obs = sim.reset(world)
         # What the robot knows (odometry + localiser, `Observation.pose`) drives the controller; the truth scores it.
@@ -201,10 +183,8 @@ def run_episode(
             }
             if plan is not None and cfg.keep_plan_every and k % cfg.keep_plan_every == 0:
                 plans.append((k, plan.states.copy()))
-            if rec is not None:
-                expert = _expert(controller, out, obs, goal, cfg.expert_max_iter)
-                stat["expert_iterations"] = int(expert.iterations) if expert is not None else 0
-                _record_step(rec, k, obs, goal, out, expert, controller.mpc_config.N)
+            if observer is not None:
+                stat.update(observer.step(k, obs, goal, out, controller))
             steps.append(stat)
             if on_step is not None:
                 on_step(stat)
@@ -277,7 +257,7 @@ def run_episode(
         "global_path_given": cfg.global_path,
         "wall_time_s": round(time.perf_counter() - t_wall, 3),
     }
-    record = _stack_record(rec, obs.local_grid.shape, controller.mpc_config.N) if rec is not None else None
+    record = observer.finish(obs.local_grid.shape, controller.mpc_config.N) if observer is not None else None
     return EpisodeResult(metrics, steps, driven_arr, path, plans, world, record)
 
 
@@ -309,58 +289,3 @@ def _check_body(sim: Any, robot: RobotModel) -> None:
             f"the controller's robot (footprint {robot.footprint or f'disc r={robot.radius}'}); build the simulator "
             "with SimConfig.for_robot(robot)"
         )
-
-
-def _record_step(
-    rec: dict[str, list[Any]],
-    k: int,
-    obs: Any,
-    goal: np.ndarray,
-    out: ControlOutput,
-    expert: PlanResult | None,
-    n: int,
-) -> None:
-    plan = out.plan
-    grid = obs.local_grid
-    # A step that planned nothing (a recovery, a rotation to the path) has no sub-goal: the goal stands in for it.
-    subgoal = out.subgoal if out.subgoal is not None else goal
-    row = {
-        "step": k,
-        "grid": grid.data,
-        "grid_origin": np.asarray(grid.origin, dtype=float),
-        "grid_resolution": grid.resolution,
-        "pose": out.start_state[:3] if out.start_state is not None else obs.pose,  # where the plan starts
-        "velocity": out.start_state[3:] if out.start_state is not None else obs.velocity,
-        "goal": goal,
-        "subgoal": subgoal,
-        "expert_states": expert.states if expert is not None else np.tile(obs.pose, (n + 1, 1)),
-        "expert_controls": expert.controls if expert is not None else np.zeros((n, 2)),
-        "expert_iterations": expert.iterations if expert is not None else 0,
-        "expert_time_s": expert.time_s if expert is not None else 0.0,
-        "expert_status": expert.status if expert is not None else (out.solve_error or "not solved"),
-        "expert_success": _converged(expert),
-        "mpc_iterations": plan.iterations if plan is not None else 0,
-        "mpc_time_s": plan.time_s if plan is not None else 0.0,
-        "mpc_status": plan.status if plan is not None else (out.solve_error or "not solved"),
-        "mpc_success": bool(plan is not None and plan.success),
-        "command": out.command,
-        "reference": out.reference if out.reference is not None else np.tile(np.asarray(subgoal)[:2], (n + 1, 1)),
-    }
-    for key, value in row.items():
-        rec.setdefault(key, []).append(np.array(value, copy=True) if isinstance(value, np.ndarray) else value)
-
-
-def _stack_record(rec: dict[str, list[Any]], grid_shape: tuple[int, int], n: int) -> dict[str, Any]:
-    from mnemo_mpc.dataset.store import ALL_STEP_FIELDS
-
-    out: dict[str, Any] = {}
-    for name, (dtype, trailing) in ALL_STEP_FIELDS.items():
-        values = rec.get(name, [])
-        if name in ("expert_status", "mpc_status"):
-            out[name] = [str(v) for v in values]
-        elif values:
-            out[name] = np.stack([np.asarray(v) for v in values]).astype(dtype)
-        else:
-            sym = {"H": grid_shape[0], "W": grid_shape[1], "N1": n + 1, "N": n}
-            out[name] = np.zeros((0, *(sym.get(t, t) if isinstance(t, str) else t for t in trailing)), dtype=dtype)
-    return out

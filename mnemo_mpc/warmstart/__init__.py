@@ -8,8 +8,6 @@ controller's choice (`mnemo_mpc.nav.controller`, `choose_start` for "hybrid"); t
 (`mnemo_mpc.nav.prefetch`).
 """
 
-# The SQP's start: hold the pose, the shifted previous solution, the model's prediction, or the shift where there is one
-# and the prediction where there is none. Kept here, import-light, for the command lines and the node's parameters.
-MODES = ("cold", "shift", "learned", "hybrid")
-# How many SQP iterations a tick runs: to convergence (up to max_iter), or one (real-time iteration, `nav.controller`).
-SQP_MODES = ("full", "rti")
+from mnemo_mpc.nav.modes import MODES, SQP_MODES  # the controller's choices, named where they are made
+
+__all__ = ["MODES", "SQP_MODES"]

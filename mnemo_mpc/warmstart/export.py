@@ -21,10 +21,8 @@ from typing import Any
 from mnemo_mpc import __version__
 from mnemo_mpc.atomic import atomic_write_bytes
 from mnemo_mpc.errors import InputError
+from mnemo_mpc.warmstart.inputs import FORMAT, INPUTS, OUTPUT
 
-FORMAT = "mnemo_mpc.warmstart_vit/1"
-INPUTS = ("grid", "vector")
-OUTPUT = "controls"
 OPSET = 17
 PARITY_TOL = 1e-4  # max |onnxruntime - torch| on the controls (m/s, rad/s)
 

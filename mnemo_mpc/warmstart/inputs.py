@@ -28,6 +28,12 @@ from mnemo_mpc.errors import InputError
 from mnemo_mpc.planning.esdf import DistanceField
 from mnemo_mpc.planning.robot import RobotModel
 
+# The ONNX graph's contract, written by `warmstart.export` and checked by `warmstart.runtime`: its format tag (in the
+# metadata), input names and output name.
+FORMAT = "mnemo_mpc.warmstart_vit/1"
+INPUTS = ("grid", "vector")
+OUTPUT = "controls"
+
 
 @dataclass(frozen=True)
 class InputSpec:

@@ -33,8 +33,7 @@ import numpy as np
 from mnemo_mpc.errors import InputError, is_real
 from mnemo_mpc.planning.robot import RobotModel
 from mnemo_mpc.safe_io import first_line, parse_json, read_regular_file, show
-from mnemo_mpc.warmstart.export import FORMAT, INPUTS, OUTPUT
-from mnemo_mpc.warmstart.inputs import InputSpec, grid_input, vector_input
+from mnemo_mpc.warmstart.inputs import FORMAT, INPUTS, OUTPUT, InputSpec, grid_input, vector_input
 
 log = logging.getLogger(__name__)
 
