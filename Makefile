@@ -9,8 +9,9 @@ STAMP  := $(VENV)/.installed
 $(STAMP): setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip "setuptools<80" wheel
-	# torch first and pinned: an unpinned torch drags in GBs of CUDA wheels.
-	$(PY) -m pip install -q torch==2.13.0
+	# torch first, at its pin in constraints.txt: an unpinned torch drags in GBs of CUDA wheels.
+	$(PY) -m pip install -q -c constraints.txt torch
+	# Every extra: dev is the tools plus sim, train, research and ray (setup.py); ros the rclpy wheels.
 	$(PY) -m pip install -q -c constraints.txt -e ".[dev,ros]"
 	touch $(STAMP)
 

@@ -17,6 +17,56 @@ def tree(folder: str) -> list[tuple[str, list[str]]]:
     ]
 
 
+# What `pip install mnemo_mpc` puts on a robot: the node's runtime and nothing else (mnemo_mpc.ros.node / ros.adapter,
+# nav, planning, warmstart.runtime, profile; rclpy and the messages come from ROS or the `ros` extra).
+# tests/test_packaging_extras.py checks each is imported there, and runs the node's controller with nothing more.
+BASE = [
+    "numpy",
+    "scipy",
+    "casadi",
+    "daqp",  # the SQP's QP solver (planning.sqp)
+    "pyyaml",
+    "scikit-image",  # the own global path's search (planning.global_path: skimage.graph); planning.worlds
+    "pillow",  # map_server map images (planning.mapio)
+    "platformdirs",  # the compiled CasADi functions' cache folder (planning.codegen)
+    "threadpoolctl",  # one BLAS thread for the planner's small matrices (planning.mpc.single_threaded_blas)
+    "onnx",  # the warm-start model's metadata (warmstart.runtime.read_metadata)
+    # The GPU build (CUDA / TensorRT execution providers; it runs on the CPU too) where its wheels exist.
+    "onnxruntime-gpu; sys_platform == 'linux' and platform_machine == 'x86_64'",
+    "onnxruntime; sys_platform != 'linux' or platform_machine != 'x86_64'",
+]
+EXTRAS = {
+    # The PyBullet simulator and what runs on it (sim_node, demo, eval, bench), its plots, and recorded bags
+    # (replay, identify).
+    "sim": ["pybullet", "rosbags", "matplotlib", "tqdm"],
+    # Learning the warm start: collect (in the simulator) into a zarr store, train, export to ONNX.
+    "train": ["pybullet", "zarr>=3", "torch", "matplotlib", "tqdm"],
+    # The Mnemosyne / Memformer / associative-memory studies (mnemo_mpc.experiments, icl, optimizers, theory, memory);
+    # mpc_warmstart runs the closed loop in the simulator.
+    "research": ["torch", "scikit-learn", "pybullet", "matplotlib", "tqdm"],
+    # Data collection on a Ray cluster (collect --ray-address).
+    "ray": ["ray[default]"],
+    # ROS 2 Jazzy's rclpy and messages as wheels (Fast DDS), for running the node outside a ROS install
+    "ros": [
+        f"{name}; platform_system == 'Linux'"
+        for name in (
+            "ros-jazzy-rclpy[fastrtps]",
+            "ros-jazzy-nav-msgs",
+            "ros-jazzy-geometry-msgs",
+            "ros-jazzy-sensor-msgs",
+            "ros-jazzy-std-msgs",
+            "ros-jazzy-diagnostic-msgs",
+            "ros-jazzy-rosgraph-msgs",
+        )
+    ],
+}
+# The test suite and the linters, and everything the tests import: every extra but `ros` (a sourced ROS install
+# provides rclpy; `make test` installs `.[dev,ros]`).
+EXTRAS["dev"] = ["pytest", "pytest-timeout", "ruff", "catkin_pkg", "colcon-core", "colcon-ros"] + sorted(
+    {req for name, reqs in EXTRAS.items() if name != "ros" for req in reqs}
+)
+
+
 setup(
     name=PACKAGE,
     version="0.1.0",
@@ -36,43 +86,8 @@ setup(
         (f"share/{PACKAGE}/models", glob("models/*.onnx") + glob("models/*.md") + glob("models/*.json")),
         *tree("sim"),  # robot URDFs, sample worlds (map_server maps), scenarios: mnemo_mpc.resources finds them
     ],
-    install_requires=[
-        "numpy",
-        "scipy",
-        "casadi",
-        "daqp",
-        "scikit-image",
-        "matplotlib",
-        "tqdm",
-        "pyyaml",
-        "pybullet",
-        "zarr>=3",
-        "onnx",
-        # The GPU build (CUDA / TensorRT execution providers; it runs on the CPU too) where its wheels exist.
-        "onnxruntime-gpu; sys_platform == 'linux' and platform_machine == 'x86_64'",
-        "onnxruntime; sys_platform != 'linux' or platform_machine != 'x86_64'",
-        "rosbags",
-        "scikit-learn",
-        "threadpoolctl",  # one BLAS thread for the planner's small matrices (planning.mpc.single_threaded_blas)
-        "torch",
-    ],
-    extras_require={
-        "dev": ["pytest", "pytest-timeout", "ruff", "catkin_pkg", "colcon-core", "colcon-ros", "ray[default]"],
-        "ray": ["ray[default]"],
-        # ROS 2 Jazzy's rclpy and messages as wheels (Fast DDS), for running the node outside a ROS install
-        "ros": [
-            f"{name}; platform_system == 'Linux'"
-            for name in (
-                "ros-jazzy-rclpy[fastrtps]",
-                "ros-jazzy-nav-msgs",
-                "ros-jazzy-geometry-msgs",
-                "ros-jazzy-sensor-msgs",
-                "ros-jazzy-std-msgs",
-                "ros-jazzy-diagnostic-msgs",
-                "ros-jazzy-rosgraph-msgs",
-            )
-        ],
-    },
+    install_requires=BASE,
+    extras_require=EXTRAS,
     zip_safe=True,
     entry_points={
         "console_scripts": [
