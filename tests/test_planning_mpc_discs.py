@@ -91,7 +91,7 @@ def test_every_disc_keeps_its_clearance_and_both_forms_agree(rect_mpc):
     assert res.footprint_clearance >= RECT.safety_margin - 1e-3
     assert res.states[-1, 0] > -0.2  # it drives into the corridor
     # each disc of each knot, checked on the ESDF directly
-    centres = rect_mpc._disc_centres(res.states[1:])
+    centres = rect_mpc.collision.disc_centres(res.states[1:])
     assert np.all(field.distance(centres) - RECT.discs[:, 2] >= RECT.safety_margin - 1e-3)
     baseline = SQPMPC(RECT, MPCConfig(method="sqpmethod", compile=False, fallback=None, max_iter=50), SHAPE)
     ref = baseline.solve(field, state, velocity, goal, max_iter=50)

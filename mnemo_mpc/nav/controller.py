@@ -768,8 +768,7 @@ class Controller:
         buffer = mpc.config.clearance_buffer
 
         def margins(p: np.ndarray) -> np.ndarray:
-            centres = mpc._disc_centres(p)  # (M, K, 2)
-            return np.min(np.asarray(field_.distance(centres)) - mpc.discs[None, :, 2], axis=1) - buffer
+            return mpc.collision.pose_margins(field_, p) - buffer
 
         offered = margins(poses)
         short = offered < full
@@ -835,9 +834,8 @@ class Controller:
         if braking:
             controls = np.concatenate([controls, self.braking_tail(controls[-1])])
         states = self.robot.rollout(pose, controls, self.mpc_config.dt)
-        pts = self.robot.densify(states, controls, self.mpc_config.dt, self.mpc_config.densify)
         mpc = self.mpc(field_.shape)
-        return mpc._footprint_clearance(field_, states, controls, pts) >= recovery.required_margin(
+        return mpc.collision.trajectory_clearance(field_, states, controls) >= recovery.required_margin(
             mpc, field_, pose, margin
         )
 

@@ -9,7 +9,7 @@ progress. Progress resets the count.
 
 The behaviours here produce *target* commands only; the controller passes every one through its checked command
 path (velocity and acceleration limits, finite). Motions are checked against the current grid with the footprint's
-covering discs (`SQPMPC._disc_centres`), as the MPC's own clearance constraint sees the robot.
+covering discs (`planning.collision.FootprintChecker`), as the MPC's own clearance constraint sees the robot.
 """
 
 from __future__ import annotations
@@ -52,9 +52,7 @@ class ProgressChecker:
 def pose_margins(mpc: SQPMPC, field_: DistanceField, poses: np.ndarray, exact: bool = False) -> np.ndarray:
     """Per pose (..., 3): min over the covering discs of esdf(disc centre) - disc radius; with `exact`, the distance
     to the obstacle cells themselves near them (`DistanceField.exact_distance`), as the motions here check it."""
-    centres = mpc._disc_centres(np.asarray(poses, dtype=float))  # (..., K, 2)
-    d = field_.exact_distance(centres) if exact else field_.distance(centres)
-    return np.min(np.asarray(d) - mpc.discs[:, 2], axis=-1)
+    return mpc.collision.pose_margins(field_, poses, exact)
 
 
 def footprint_margin(mpc: SQPMPC, field_: DistanceField, poses: np.ndarray) -> float:

@@ -39,6 +39,7 @@ import numpy as np
 from mnemo_mpc.errors import InfeasibleProblemError, InputError, StartInCollisionError, is_real
 from mnemo_mpc.planning import nlp as nlp_forms
 from mnemo_mpc.planning.codegen import BufferedFunction, BuildInfo
+from mnemo_mpc.planning.collision import FootprintChecker
 from mnemo_mpc.planning.esdf import DistanceField
 from mnemo_mpc.planning.nlp import SPLINE_PAD, CostWeights
 from mnemo_mpc.planning.robot import RobotModel, unicycle_step
@@ -301,6 +302,7 @@ class SQPMPC:
             self._u_lower[0] = min(max(self._u_lower[0], config.plan_v_min), self._u_upper[0])
         lbu, ubu = np.tile(self._u_lower, n), np.tile(self._u_upper, n)
         self.discs = robot_discs(robot)
+        self.collision = FootprintChecker(robot, dt, config.densify)  # the checks outside the NLP use it too
         k = self.discs.shape[0]
         form = nlp_forms.condensed if config.method == "sqp" else nlp_forms.multiple_shooting
         self._nlp = form(n, dt, self.grid_shape, config.weights, self.discs[:, :2])
@@ -413,7 +415,7 @@ class SQPMPC:
             raise InputError(f"SQPMPC.solve.margin: expected metres in [0, {robot.safety_margin}], got {margin!r}")
 
         d0 = float(field.distance(state[:2]))
-        disc_d0 = self._disc_distances(field, state)
+        disc_d0 = self.collision.disc_distances(field, state)
         if np.any(disc_d0 < self.discs[:, 2] - cfg.start_tolerance_m):  # MPCConfig.start_tolerance_m
             if self.discs.shape[0] == 1:
                 detail = f"clearance {d0:.3f} m < robot radius {robot.radius:.3f} m"
@@ -446,7 +448,7 @@ class SQPMPC:
             out["status"] += " (non-finite iterate replaced by the initial guess)"
         dyn_err = float(np.max(np.abs(robot.step(states[:-1], controls, cfg.dt) - states[1:])))
         pts = robot.densify(states, controls, cfg.dt, cfg.densify)
-        footprint = self._footprint_clearance(field, states, controls, pts)
+        footprint = self.collision.trajectory_clearance(field, states, controls, pts)
         return PlanResult(
             states=states,
             controls=controls,
@@ -473,7 +475,7 @@ class SQPMPC:
     def start_margin(self, field: DistanceField, state: np.ndarray, margin: float | None = None) -> float:
         """The footprint margin a motion from `state` must keep, as `solve` demands it: `margin` (default the safety
         margin), or less for a start inside the margin band (`MPCConfig.band_margin_m`, `_constraint_lower`)."""
-        return self._start_margin(self._disc_distances(field, np.asarray(state, dtype=float)), margin)
+        return self._start_margin(self.collision.disc_distances(field, np.asarray(state, dtype=float)), margin)
 
     def _start_margin(self, disc_d0: np.ndarray, margin: float | None) -> float:
         margin = self.robot.safety_margin if margin is None else margin
@@ -496,38 +498,15 @@ class SQPMPC:
         lbg[-k * self.config.N :] = np.tile(np.where(disc_d0 < need, band, need), self.config.N)
         return lbg
 
-    def _disc_centres(self, poses: np.ndarray) -> np.ndarray:
-        """Map-frame centres (..., K, 2) of the covering discs at poses (..., 3)."""
-        poses = np.asarray(poses, dtype=float)
-        c, s = np.cos(poses[..., 2:3]), np.sin(poses[..., 2:3])
-        ox, oy = self.discs[:, 0], self.discs[:, 1]
-        return np.stack([poses[..., 0:1] + c * ox - s * oy, poses[..., 1:2] + s * ox + c * oy], axis=-1)
-
     def _bound_distances(self, field: DistanceField, state: np.ndarray, disc_d0: np.ndarray) -> np.ndarray:
         """Each disc's clearance now as the constraint rows see it: the lesser of the bilinear field (the checks') and
         the spline (the optimiser's). A start inside the margin band bounds its discs by this; from the bilinear value
         alone the spline, lower by a few millimetres near a wall, made the first knot -- which a robot at rest cannot
         move far -- infeasible in every QP, and the robot stood there for good (Jackal, corridor world 1001)."""
-        spline = np.asarray(field.spline_distance(self._disc_centres(state), SPLINE_PAD), dtype=float).reshape(-1)
+        spline = np.asarray(field.spline_distance(self.collision.disc_centres(state), SPLINE_PAD), dtype=float).reshape(
+            -1
+        )
         return np.minimum(disc_d0, spline)
-
-    def _disc_distances(self, field: DistanceField, state: np.ndarray) -> np.ndarray:
-        """ESDF (bilinear) at each covering disc's centre for the robot at `state`: (K,)."""
-        return np.asarray(field.distance(self._disc_centres(state)), dtype=float).reshape(-1)
-
-    def _footprint_clearance(
-        self, field: DistanceField, states: np.ndarray, controls: np.ndarray, pts: np.ndarray
-    ) -> float:
-        """min over the densified trajectory and the discs of esdf(c_d) - r_d. Between knots the robot drives a
-        constant-(v, w) arc, so the heading there is yaw_k + w_k tau exactly (`robot.densify` gives the positions)."""
-        if self.discs.shape[0] == 1 and not self.discs[0, :2].any():
-            return float(field.min_clearance(pts)) - float(self.discs[0, 2])
-        m = self.config.densify
-        tau = (np.arange(m) / m) * self.config.dt
-        yaw = (states[:-1, 2:3] + controls[:, 1:2] * tau[None, :]).reshape(-1)
-        yaw = np.concatenate([yaw, states[-1:, 2]])
-        centres = self._disc_centres(np.concatenate([pts, yaw[:, None]], axis=1))  # (M, K, 2)
-        return float(np.min(np.asarray(field.distance(centres)) - self.discs[:, 2]))
 
     def _start(self, state: np.ndarray, warm_start: WarmStart | None, label: str | None) -> tuple[WarmStart, str]:
         n = self.config.N
