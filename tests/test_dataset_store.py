@@ -394,3 +394,26 @@ def test_stats_refuse_unverified_figures(tmp_path):
     (root / WORLDS_DIR / world_name(0) / "mpc_time_s" / "c" / "0").unlink()
     with pytest.raises(StoreCorruptionError, match="'mpc_time_s'"):
         dataset_stats(root)
+
+
+def test_throughput_reads_as_words(tmp_path, capsys):
+    """Issue 27: `collect` and `data stats` printed keys like `projected_hours_2787_worlds_2_workers_wall`; now the
+    numbers are nested under readable names, and `data stats` says them in a sentence."""
+    from mnemo_mpc.cli import main
+    from mnemo_mpc.dataset.stats import throughput_text
+
+    root = tmp_path / "ds"
+    store = DatasetStore.create_or_resume(root, CONFIG)
+    rec = synthetic_record(0, 6)
+    rec.info.update(wall_time_s=2.0, cpu_time_s=1.5)
+    store.record_world(write_world(root, rec))
+    t = dataset_stats(root)["throughput"]
+    assert t == {
+        "examples_per_s_per_worker": {"wall": 3.0, "cpu": 4.0},
+        "projected_hours": {"worlds": 2787, "workers": 2, "wall": 0.77, "cpu": 0.58},
+    }
+    text = "3 examples/s per worker (wall clock), 4 (CPU time); 2787 worlds on 2 workers: 0.77 h (wall clock), 0.58 h"
+    assert throughput_text(t).startswith(text)
+    assert main(["data", "stats", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert f"throughput       {text}" in out and "projected_hours" not in out

@@ -78,3 +78,43 @@ def test_cli_rejects_bad_arguments(toy_study, tmp_path, capsys):
     assert experiments_main(["run", "toy", "--seeds", "0", "--out", str(tmp_path)]) == 2
     assert experiments_main(["run", "toy", "--quick", "--out", str(tmp_path)]) == 0
     assert "toy: 1/1 claims hold" in capsys.readouterr().out
+
+
+def test_a_run_says_which_study_runs_on_one_thread_without_info_lines(toy_study, tmp_path, capsys, monkeypatch):
+    """Issue 27: `run all` says `study k/K: NAME` as each study starts; the studies' INFO notes show only with -v;
+    without OMP_NUM_THREADS the studies run on one torch / BLAS thread (threads made `lemma1_pgd --quick` 4.6x
+    slower on a busy machine), and the caller's settings are back afterwards."""
+    import logging
+    import os
+
+    import torch
+
+    mod, _ = toy_study
+    seen = []
+    run_seed = mod.run_seed
+
+    def recording(cfg, seed, ctx):
+        seen.append((os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads()))
+        return run_seed(cfg, seed, ctx)
+
+    mod.run_seed = recording
+    levels = []
+    monkeypatch.setattr(logging, "basicConfig", lambda **kw: levels.append(kw["level"]))
+    monkeypatch.setitem(experiments.STUDIES, "toy2", "toy_study")
+    monkeypatch.setattr(sys.modules["mnemo_mpc.experiments.__main__"], "available", lambda: ["toy", "toy2"])
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert experiments_main(["run", "all", "--quick", "--out", str(tmp_path)]) == 0
+        assert seen and all(s == ("1", 1) for s in seen)
+        assert "OMP_NUM_THREADS" not in os.environ and torch.get_num_threads() == 2  # restored
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert out.index("study 1/2: toy\n") < out.index("toy: 1/1 claims hold") < out.index("study 2/2: toy2\n")
+    assert levels == [logging.WARNING]
+    seen.clear()
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's choice stands
+    assert experiments_main(["run", "toy", "-v", "--out", str(tmp_path / "v")]) == 0
+    assert seen[0][0] == "3" and levels[-1] == logging.INFO

@@ -296,3 +296,28 @@ def test_the_odometry_age_and_the_latency_are_predicted_over(store, types):
     assert starts[0.2] == pytest.approx(0.3 * 0.3, abs=2e-3)  # plus 0.2 s of age
     off = NavAdapter(dataclasses.replace(params, compensate_dynamics=False), types)
     assert off.controller.config.actuation is None
+
+
+def test_a_normal_status_is_not_logged_as_a_warning():
+    """Issue 27: the node logged WARN "control status: rotating_to_path" each time the status flipped between
+    planning and turning onto the path (every 0.5 s on a winding path). A change to a normal status is DEBUG now;
+    a fallback is still a warning, once per change. The node's own `_tick` is driven with a stub adapter."""
+    pytest.importorskip("rclpy", reason="the node module needs rclpy")
+    from types import SimpleNamespace
+
+    from mnemo_mpc.ros import node
+    from mnemo_mpc.ros.adapter import TickResult
+
+    sequence = ["planned", "rotating_to_path", "planned", "rotating_to_path", "rotating_to_path"]
+    sequence += ["fallback_previous_plan", "fallback_previous_plan", "planned", "goal_reached", "idle"]
+    results = iter(TickResult(None, None, s, reason="solver: x" if "fallback" in s else "") for s in sequence)
+    lines: dict[str, list[str]] = {"debug": [], "info": [], "warning": [], "error": []}
+    logger = SimpleNamespace(**{level: got.append for level, got in lines.items()})
+    adapter = SimpleNamespace(tick=lambda now: next(results), _reported_status=("idle", ""))
+    adapter.status_change = lambda result: NavAdapter.status_change(adapter, result)
+    fake = SimpleNamespace(adapter=adapter, get_logger=lambda: logger, _now=lambda: 0.0)
+    for _ in sequence:
+        node.NavNode._tick(fake)
+    assert lines["warning"] == ["control status: fallback_previous_plan (solver: x)"]
+    assert lines["error"] == lines["info"] == []
+    assert lines["debug"].count("control status: rotating_to_path") == 2

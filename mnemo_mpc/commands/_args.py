@@ -53,6 +53,17 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {one_line(message)}\n")
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """`--help` with each flag's default, `(default: X)`, except where the help already states it, where the default
+    is None (the help says what happens then) and for on/off switches (`store_true`, default False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default is None or action.default is False:
+            return text
+        return super()._get_help_string(action)
+
+
 def user_error(prog: str, message: object) -> int:
     """Print a user error as the one line every command uses; returns the exit status (2)."""
     print(f"{prog}: error: {one_line(message)}", file=sys.stderr)

@@ -2,8 +2,10 @@
 
 Each benchmark is a module in `mnemo_mpc.bench` registered in `BENCHMARKS` with a one-line help. The module provides
 `add_arguments(parser)` (its own flags), `config_from_args(args)` and `run(config) -> dict`, optionally
-`report(result) -> str` (what to print) and `after_run(result, args) -> [files]` (figures); this command adds the
-shared `--out`, runs it and writes the JSON atomically. Adding a benchmark = one module + one line here.
+`report(result) -> str` (what to print; without it, the result's measurements, one line each, with the configuration,
+machine and version blocks left to the JSON: `default_report`) and `after_run(result, args) -> [files]` (figures);
+this command adds the shared `--out`, runs it and writes the JSON atomically. Adding a benchmark = one module + one
+line here.
 
 Arguments are checked before the benchmark runs: a flag the module declares with `type=int` is a count (>= 1), except
 `--seed` (a seed, >= 0), and one with `type=float` a finite number > 0 (every such flag so far is a size, a count or
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
+from typing import Any
 
 from mnemo_mpc.commands import _args
 
@@ -77,10 +79,44 @@ def handler(args: argparse.Namespace) -> int:
         _args.check_input_file(args.params, "--params")
     module = importlib.import_module(args.bench_module)
     config = module.config_from_args(args)
-    result = module.run(config, progress=not args.no_progress)
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    with logging_redirect_tqdm():  # a log line during the run goes above the progress bar, not into it
+        result = module.run(config, progress=not args.no_progress)
     atomic_write_json(out, result)
     report = getattr(module, "report", None)
-    print(report(result) if report else json.dumps(result.get("modes", result), indent=2))
+    print(report(result) if report else default_report(result))
     written = [str(out)] + (module.after_run(result, args) if hasattr(module, "after_run") else [])
     print("wrote " + ", ".join(written))
     return 0
+
+
+# Keys of a result that describe how it was obtained, not what was measured: in the JSON, not on the console.
+SETUP_KEYS = ("config", "machine", "version", "versions", "platform")
+
+
+def _is_setup(key: str) -> bool:
+    return key in SETUP_KEYS or key.endswith("_config")
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_value(v)}" for k, v in value.items())
+    return str(value)
+
+
+def default_report(result: dict[str, Any]) -> str:
+    """The console lines of a benchmark without its own `report`: one line per measurement (a nested block one line
+    per entry, e.g. `timing lidar: median_ms 0.41, p95_ms 0.52, ...`); configuration, machine and version blocks are
+    left to the JSON (`bench sim` printed its whole config before)."""
+    lines = []
+    for key, value in result.items():
+        if _is_setup(key):
+            continue
+        if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
+            lines += [f"{key} {k}: {_value(v)}" for k, v in value.items()]
+        else:
+            lines.append(f"{key}: {_value(value)}")
+    return "\n".join(lines)

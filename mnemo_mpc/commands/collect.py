@@ -109,6 +109,6 @@ def handler(args: argparse.Namespace) -> int:
         ray_address=args.ray_address,
         progress=not args.no_progress,
     )
-    summary.update(world_throughput(DatasetStore.open(args.out)))
+    summary["throughput"] = world_throughput(DatasetStore.open(args.out))
     print(json.dumps(summary, indent=2))
     return 0

@@ -107,7 +107,7 @@ def verify_handler(args: argparse.Namespace) -> int:
 
 
 def handler(args: argparse.Namespace) -> int:
-    from mnemo_mpc.dataset.stats import dataset_stats
+    from mnemo_mpc.dataset.stats import dataset_stats, throughput_text
     from mnemo_mpc.dataset.store import StoreCorruptionError
     from mnemo_mpc.errors import DatasetError
 
@@ -123,7 +123,7 @@ def handler(args: argparse.Namespace) -> int:
     print(f"worlds           {stats['worlds']}  by outcome {stats['worlds_by_status']}")
     print(f"examples         {stats['examples']} ({stats['examples_expert_converged']} with a converged expert)")
     print(f"steps per world  {stats['steps_per_world']}")
-    print(f"throughput       {stats['throughput']}")
+    print(f"throughput       {throughput_text(stats['throughput'])}")
     if not stats["verified"]:
         print("per-step stats   not computed (--no-verify reads only the manifest)")
         return 0

@@ -1,7 +1,8 @@
-"""`mnemo-mpc demo [--seed S] [--out DIR] [--params ROBOT.yaml]`: one headless closed-loop episode in a generated world.
+"""`mnemo-mpc demo [--seed S] [--out DIR] [--params ROBOT.yaml] [--quiet]`: one headless closed-loop episode in a
+generated world.
 
-Prints a line per MPC step and a summary; writes `episode.json` (metrics, config, per-step stats) and
-`trajectory.png` (map, global path, driven path with footprints, a few planned horizons).
+Prints a line per MPC step (`--quiet`: none; `make demo` passes it) and a summary; writes `episode.json` (metrics,
+config, per-step stats) and `trajectory.png` (map, global path, driven path with footprints, a few planned horizons).
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ from mnemo_mpc.commands import _args
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "demo", help="one simulated navigation episode: per-step log, episode.json, trajectory.png"
+        "demo",
+        help="one simulated navigation episode: per-step log (--quiet: summary only), episode.json, trajectory.png",
+        description="One simulated navigation episode in a generated world: a line per control step (hundreds; "
+        "--quiet prints only the summary), then the summary; writes episode.json and trajectory.png.",
     )
     p.add_argument("--seed", type=_args.seed, default=7, help="world seed (default 7)")
     p.add_argument("--kind", default=None, help="world kind (rooms, corridor, doors, clutter, open, mixed, dense)")
     p.add_argument("--out", default="out/demo", help="output directory (default out/demo)")
-    p.add_argument("--quiet", action="store_true", help="summary only, no per-step lines")
+    p.add_argument("--quiet", action="store_true", help="summary only: no per-step lines (episode.json has every step)")
     from mnemo_mpc.commands.eval import add_warmstart_arguments
 
     add_warmstart_arguments(p)

@@ -172,6 +172,7 @@ def handler(args: argparse.Namespace) -> int:
 
     from mnemo_mpc import __version__
     from mnemo_mpc.atomic import atomic_write_json
+    from mnemo_mpc.commands._logs import episode_notes
     from mnemo_mpc.sim.episode import EpisodeConfig, percentiles, run_episode
     from mnemo_mpc.sim.profile import closed_loop_setup
     from mnemo_mpc.sim.simulator import Simulator
@@ -216,7 +217,9 @@ def handler(args: argparse.Namespace) -> int:
     step_ms_by_family: dict[str, list[float]] = {}
     plain = {"actuation": None, "clear_footprint": False} if args.plain_controller else {}
     controller = warmstart_controller(args, setup, goal_tolerance_m=setup.goal_tolerance(args.goal_tolerance), **plain)
-    with Simulator(setup.sim) as sim:
+    # The controller's per-step notes (starts blocked by moving obstacles, recoveries) are counted, not printed into
+    # the progress bar; one line sums them up after the episodes (`_logs.episode_notes`; `mnemo-mpc -v` prints each).
+    with episode_notes(verbose=getattr(args, "verbose", False)), Simulator(setup.sim) as sim:
         for label, make_world, tol, time_limit in tqdm(jobs, unit="episode", disable=args.no_progress):
             world = make_world()
             controller.config = dataclasses.replace(controller.config, goal_tolerance_m=setup.goal_tolerance(tol))

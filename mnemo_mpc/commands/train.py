@@ -16,39 +16,49 @@ from mnemo_mpc.errors import InputError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("train", help="train the warm-start ViT on a collected store (resumable)")
+    p = subparsers.add_parser(
+        "train",
+        help="train the warm-start ViT on a collected store (resumable)",
+        description="Train the warm-start ViT on a collected store or its pack; re-running resumes.",
+        formatter_class=_args.DefaultsHelpFormatter,
+    )
     p.add_argument(
         "--data", required=True, help="store written by `mnemo-mpc collect`, or a pack written by `mnemo-mpc data pack`"
     )
     p.add_argument("--out", required=True, help="run directory (checkpoints, history, loss curve)")
-    p.add_argument("--epochs", type=_args.count, default=30)
-    p.add_argument("--batch-size", type=_args.count, default=256)
-    p.add_argument("--lr", type=_args.positive_float, default=1e-3)
-    p.add_argument("--weight-decay", type=_args.nonnegative_float, default=1e-4)
+    p.add_argument("--epochs", type=_args.count, default=30, help="training epochs")
+    p.add_argument("--batch-size", type=_args.count, default=256, help="examples per batch")
+    p.add_argument("--lr", type=_args.positive_float, default=1e-3, help="AdamW learning rate")
+    p.add_argument("--weight-decay", type=_args.nonnegative_float, default=1e-4, help="AdamW weight decay")
     p.add_argument(
         "--state-weight", type=_args.nonnegative_float, default=1.0, help="weight of the rolled-out position error"
     )
     p.add_argument("--no-augment", action="store_true", help="no left-right mirror augmentation")
-    p.add_argument("--seed", type=_args.seed, default=0)
+    p.add_argument("--seed", type=_args.seed, default=0, help="seed of the split, initialisation and batches")
     p.add_argument(
-        "--max-train-worlds", type=_args.count, default=None, help="train on a nested subset (learning curves)"
+        "--max-train-worlds",
+        type=_args.count,
+        default=None,
+        help="train on a nested subset (learning curves) (default: every training world)",
     )
     p.add_argument(
         "--epoch-examples", type=_args.count, default=None, help="examples per epoch (default: the whole training set)"
     )
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:i")
-    p.add_argument("--threads", type=_args.count, default=None, help="torch intra-op threads")
+    p.add_argument(
+        "--threads", type=_args.count, default=None, help="torch intra-op threads (default: torch's own choice)"
+    )
     p.add_argument("--input-workers", type=_args.count, default=1, help="processes that build the input cache")
     g = p.add_argument_group("model (defaults: the paper's 5x5 patches, 3 layers of width 64)")
     g.add_argument("--attention", default="favor_plus", help="favor_plus, hyperbolic, favor_plus_plus or softmax")
     g.add_argument("--num-features", type=_args.count, default=16, help="random features r per head")
-    g.add_argument("--width", type=_args.count, default=64)
-    g.add_argument("--depth", type=_args.count, default=3)
-    g.add_argument("--heads", type=_args.count, default=1)
-    g.add_argument("--patch", type=_args.count, default=5)
+    g.add_argument("--width", type=_args.count, default=64, help="token width")
+    g.add_argument("--depth", type=_args.count, default=3, help="transformer layers")
+    g.add_argument("--heads", type=_args.count, default=1, help="attention heads")
+    g.add_argument("--patch", type=_args.count, default=5, help="cells per side of a patch")
     g.add_argument("--crop", type=_args.count, default=40, help="cells per side of the robot-frame crop")
     g.add_argument("--crop-resolution", type=_args.positive_float, default=0.1, help="metres per crop cell")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=handler)
 
 

@@ -33,26 +33,37 @@ def _disk_bytes(root: Path) -> int:
     return total
 
 
-def world_throughput(store: DatasetStore, paper_worlds: int = 2787, cores: int = 2) -> dict[str, float | None]:
+def world_throughput(store: DatasetStore, paper_worlds: int = 2787, cores: int = 2) -> dict[str, Any]:
     """Collection speed from each world's own timing (generation + episode + expert solves + write; no pool
     start-up). Wall time depends on how busy the machine was; CPU time (the worker is single-threaded) is what an
-    otherwise idle core would take, so the projection for the paper's 2787 worlds (seed 002 §5.2) on `cores`
-    workers uses it when recorded."""
+    otherwise idle core would take. Returns `examples_per_s_per_worker` ({"wall", "cpu"}) and `projected_hours`
+    ({"worlds": 2787, "workers": `cores`, "wall", "cpu"}: the paper's 2787 worlds, seed 002 §5.2, on `cores`
+    workers); a figure with no timing recorded is None. `throughput_text` says it in one line."""
     entries = [store.world_entry(w) for w in store.world_ids]
     steps = np.array([e["steps"] for e in entries], dtype=float)
-    out: dict[str, float | None] = {}
+    rate: dict[str, float | None] = {}
+    hours: dict[str, Any] = {"worlds": paper_worlds, "workers": cores}
     for key, label in (("wall_time_s", "wall"), ("cpu_time_s", "cpu")):
         t = np.array([e.get(key, np.nan) for e in entries], dtype=float)
         ok = np.isfinite(t) & (t > 0)
-        if not ok.any():
-            out[f"examples_per_{label}_s_per_worker"] = None
-            out[f"projected_hours_{paper_worlds}_worlds_{cores}_workers_{label}"] = None
-            continue
-        out[f"examples_per_{label}_s_per_worker"] = round(float(steps[ok].sum() / t[ok].sum()), 3)
-        out[f"projected_hours_{paper_worlds}_worlds_{cores}_workers_{label}"] = round(
-            float(t[ok].mean()) * paper_worlds / cores / 3600.0, 2
-        )
-    return out
+        rate[label] = round(float(steps[ok].sum() / t[ok].sum()), 3) if ok.any() else None
+        hours[label] = round(float(t[ok].mean()) * paper_worlds / cores / 3600.0, 2) if ok.any() else None
+    return {"examples_per_s_per_worker": rate, "projected_hours": hours}
+
+
+def throughput_text(throughput: dict[str, Any]) -> str:
+    """`world_throughput` in words, e.g. "60.1 examples/s per worker (wall clock), 61.2 (CPU time); 2787 worlds on 2
+    workers: 1.45 h (wall clock), 1.43 h (CPU time)"."""
+    rate, hours = throughput["examples_per_s_per_worker"], throughput["projected_hours"]
+
+    def num(value: float | None, unit: str) -> str:
+        return "n/a" if value is None else f"{value:g}{unit}"
+
+    return (
+        f"{num(rate['wall'], '')} examples/s per worker (wall clock), {num(rate['cpu'], '')} (CPU time); "
+        f"{hours['worlds']} worlds on {hours['workers']} workers: {num(hours['wall'], ' h')} (wall clock), "
+        f"{num(hours['cpu'], ' h')} (CPU time)"
+    )
 
 
 def dataset_stats(root: str | os.PathLike[str], verify: bool = True) -> dict[str, Any]:

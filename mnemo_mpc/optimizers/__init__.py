@@ -13,3 +13,35 @@
 - `torch_optim`: `MnemosyneOptimizer`, a `torch.optim.Optimizer` driven by a meta-trained learned optimizer.
 - `bench`: state bytes per coordinate and step() time vs Adam on a ~1M-parameter model.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# The public names, importable from the package (`from mnemo_mpc.optimizers import MnemosyneOptimizer`), loaded on
+# first use: importing the package stays free of torch until one of them is asked for.
+_EXPORTS = {
+    "MnemosyneOptimizer": "torch_optim",
+    "LearnedOptimizerConfig": "base",
+    "LearnedOptimizer": "base",
+    "MnemosyneLearnedOptimizer": "cell",
+    "LSTMLearnedOptimizer": "lstm",
+    "AttentionCacheLearnedOptimizer": "attention",
+    "build_learned_optimizer": "factory",
+    "load_learned_optimizer": "factory",
+    "save_learned_optimizer": "factory",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

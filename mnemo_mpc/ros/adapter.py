@@ -41,6 +41,31 @@ log = logging.getLogger(__name__)
 MIN_GRID_CELLS = 4  # per side: smaller costmaps cannot hold the robot and are rejected as malformed
 REJECTION_LOG_PERIOD_S = 1.0  # at most one log line per input kind per second (a flood of bad input is counted)
 
+# The severity of each control status in /diagnostics: 0 OK, 1 WARN, 2 ERROR (a status not listed: ERROR). The node
+# logs a change to an OK status at DEBUG and any other change at WARN (`NavAdapter.status_change`). Normal operation --
+# planning, turning in place onto the path (the rotation shim, "rotating_to_path"), arriving -- is OK: the node used to
+# say WARN each time the status flipped between planning and turning (every 0.5 s or so on a winding path).
+STATUS_LEVELS: dict[str, int] = {
+    "idle": 0,
+    "planned": 0,
+    "goal_reached": 0,
+    "rotating_to_path": 0,
+    "stale_input": 1,
+    "fallback_previous_plan": 1,
+    "fallback_unconverged": 1,
+    # Getting unstuck (mnemo_mpc.nav.recovery) is a warning.
+    "recovery_maneuver": 1,
+    "recovery_rotate": 1,
+    "recovery_back_off": 1,
+    "recovery_replan": 1,
+    # not listed, so ERROR: "failed" (recoveries exhausted), "error" (a tick that raised), the fallback stops
+}
+
+
+def status_level(status: str) -> int:
+    """0 OK / 1 WARN / 2 ERROR for a control status (`STATUS_LEVELS`)."""
+    return STATUS_LEVELS.get(status, 2)
+
 
 @dataclass
 class TickResult:
@@ -94,6 +119,7 @@ class NavAdapter:
         self._path: np.ndarray | None = None
         self._last_command = np.zeros(2)
         self._last_log: dict[str, float] = {}
+        self._reported_status = ("idle", "")
 
     @property
     def goal(self) -> np.ndarray | None:
@@ -307,6 +333,16 @@ class NavAdapter:
             s.iterations.append(out.plan.iterations)
             s.warm_starts[out.warm_start_source] += 1
 
+    def status_change(self, result: TickResult) -> tuple[int, str] | None:
+        """(logging level, line) for the node's log when the control status or its reason changed since the last call,
+        else None: DEBUG for a normal status (`STATUS_LEVELS` 0: planned, rotating_to_path...), WARNING otherwise."""
+        status = (result.status, result.reason)
+        if status == self._reported_status:
+            return None
+        self._reported_status = status
+        text = f"control status: {result.status}" + (f" ({result.reason})" if result.reason else "")
+        return (logging.DEBUG if status_level(result.status) == 0 else logging.WARNING), text
+
     def diagnostics(self) -> tuple[int, str, dict[str, str]]:
         """(level 0 OK / 1 WARN / 2 ERROR, message, key -> value) for a diagnostic_msgs/DiagnosticStatus."""
         s = self.stats
@@ -314,10 +350,6 @@ class NavAdapter:
         def pct(values: deque, q: float) -> str:
             return f"{np.percentile(np.asarray(values), q):.3f}" if values else "n/a"
 
-        level = {"idle": 0, "planned": 0, "goal_reached": 0, "rotating_to_path": 0, "stale_input": 1}
-        level.update(fallback_previous_plan=1, fallback_unconverged=1)
-        # Getting unstuck (mnemo_mpc.nav.recovery) is a warning; "failed" (recoveries exhausted) an error.
-        level.update(recovery_maneuver=1, recovery_rotate=1, recovery_back_off=1, recovery_replan=1)
         values = {
             "status": s.last_status,
             "reason": s.last_reason,
@@ -337,4 +369,4 @@ class NavAdapter:
             "last_rejection": s.last_rejection,
         }
         message = s.last_status + (f": {s.last_reason}" if s.last_reason else "")
-        return level.get(s.last_status, 2), message, values
+        return status_level(s.last_status), message, values

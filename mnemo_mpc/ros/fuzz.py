@@ -993,6 +993,11 @@ def run_fuzz(
     return report
 
 
+def progress_by_ticks(cfg: FuzzConfig) -> bool:
+    """Whether a run's progress is counted in ticks (its tick bound is below its message bound) or in messages."""
+    return cfg.max_ticks < cfg.messages
+
+
 def _drive(
     cfg: FuzzConfig,
     params: NavParams,
@@ -1016,7 +1021,15 @@ def _drive(
         "path": adapter.on_path,
     }
     t_wall = time.perf_counter()
-    bar = tqdm(total=cfg.messages, desc=f"fuzz {params.control_rate_hz:g} Hz", disable=not progress, unit="msg")
+    # The bar counts what bounds the run: ticks when max_ticks is the smaller bound (`bench node` passes a message
+    # bound of 1e9 and a tick bound of a few hundred: its bar counted messages to 1,000,000,000), else messages.
+    by_ticks = progress_by_ticks(cfg)
+    bar = tqdm(
+        total=cfg.max_ticks if by_ticks else cfg.messages,
+        desc=f"fuzz {params.control_rate_hz:g} Hz",
+        disable=not progress,
+        unit="tick" if by_ticks else "msg",
+    )
     while report.messages < cfg.messages and report.ticks < cfg.max_ticks:
         if time_limit_s is not None and time.perf_counter() - t_wall > time_limit_s:
             break
@@ -1087,6 +1100,6 @@ def _drive(
             monitor.tick(k, now, command, res.cmd_vel)
         report.record_tick(k, ms, period_ms + ms, status, getattr(res, "reason", ""), monitor.period)
         scenario.advance(command if command is None or np.all(np.isfinite(command)) else None)
-        bar.update(len(monitor.period))
+        bar.update(1 if by_ticks else len(monitor.period))
     bar.close()
     report.wall_s = time.perf_counter() - t_wall

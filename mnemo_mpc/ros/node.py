@@ -9,6 +9,7 @@ it with status 0.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -87,7 +88,6 @@ class NavNode(Node):
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 1)
         self.create_timer(p.control_period_s, self._tick)
         self.create_timer(1.0 / p.diagnostics_rate_hz, self._publish_diagnostics)
-        self._last_status = ("idle", "")
         controller = self.adapter.controller
         model = controller.warm_start_provider
         self.get_logger().info(
@@ -113,12 +113,11 @@ class NavNode(Node):
             self.cmd_pub.publish(result.cmd_vel)
         if result.local_plan is not None:
             self.plan_pub.publish(result.local_plan)
-        status = (result.status, result.reason)
-        if status != self._last_status and result.status not in ("idle", "planned"):
-            self.get_logger().warning(
-                f"control status: {result.status}" + (f" ({result.reason})" if result.reason else "")
-            )
-        self._last_status = status
+        change = self.adapter.status_change(result)
+        if change is not None:  # a normal status (planned, rotating_to_path...) at DEBUG; see adapter.STATUS_LEVELS
+            level, text = change
+            logger = self.get_logger()
+            (logger.debug if level <= logging.DEBUG else logger.warning)(text)
 
     def _publish_diagnostics(self) -> None:
         level, message, values = self.adapter.diagnostics()

@@ -2,7 +2,9 @@
 
 Execution providers are tried in the order TensorRT -> CUDA -> CPU (those the installed onnxruntime offers; the GPU
 build also runs on the CPU). ONNX Runtime's own messages about providers it cannot load are silenced; instead one
-log line names the provider in use and why the faster ones were not. The model's metadata must agree with the
+short INFO line names the provider in use, and why the faster ones were not is one DEBUG line (`-v`): a CPU machine
+is the normal case, not news. Only a caller that asked for providers itself (`providers=`) gets that reason at INFO
+when a GPU provider it asked for could not be used. The model's metadata must agree with the
 planner it serves (horizon, step, robot limits and footprint): a model trained for another robot or horizon would
 give starts for another problem, so that is an error naming the field, as are a wrong input shape or dtype and a
 file that is not a readable ONNX model.
@@ -303,21 +305,31 @@ class WarmStartModel:
         robot: RobotModel,
         n: int,
         dt: float,
-        providers: tuple[str, ...] = PROVIDERS,
+        providers: tuple[str, ...] | None = None,
         threads: int = 1,
     ) -> None:
+        """`providers`: the execution providers to try, in order; None tries `PROVIDERS` (GPU ones when this
+        onnxruntime has them) and says why a GPU one was not used at DEBUG only."""
         data, self.info = read_metadata(path)
         check_compatible(self.info, robot, n, dt)
         self.robot, self.spec = robot, self.info.inputs
+        asked = providers is not None
         try:
-            self.session, self.provider, skipped = _session(data, tuple(providers), threads)
+            self.session, self.provider, skipped = _session(data, tuple(providers if asked else PROVIDERS), threads)
         except InputError as exc:  # a graph that passed the checker but that onnxruntime cannot build
             raise InputError(f"{self.info.path}: {exc}") from exc
         self.last_inference_s = 0.0
         self.last_features_s = 0.0
         self._probe()
         why = "; ".join(f"{p.replace('ExecutionProvider', '')}: {r}" for p, r in skipped.items())
-        log.info("warm-start model %s on %s%s", Path(path).name, self.provider, f" ({why})" if why else "")
+        name = Path(path).name
+        if why and asked and any(p != "CPUExecutionProvider" for p in skipped):
+            # the caller asked for a GPU provider that could not be used: that is news, one line with the reasons
+            log.info("warm-start model %s on %s (%s)", name, self.provider, why)
+        else:
+            log.info("warm-start model %s on %s", name, self.provider)
+            if why:
+                log.debug("warm-start model %s: providers not used: %s", name, why)
 
     def _probe(self) -> None:
         """One inference at load on a batch of two typical inputs (free space ahead, the robot at rest, the
