@@ -145,7 +145,7 @@ def run(cfg: PipelineConfig, progress: bool = True) -> dict:
     if path is None:
         raise InputError(
             f"bench pipeline: no shipped warm-start model fits the robot of {cfg.params or 'the built-in robot'} "
-            "(train one: README 'Your own robot'; or give --model FILE.onnx)"
+            "(train one: docs/cli.md 'Your own robot, your own warm start'; or give --model FILE.onnx)"
         )
     model = WarmStartModel(path, robot, mpc_config.N, mpc_config.dt)
     driver = replace(setup, profile=replace(setup.profile, mpc=mpc_config)).controller("shift", None)

@@ -40,7 +40,7 @@ CAM = "favor_plus"
 @dataclass
 class Config:
     seeds: int = 5
-    # 50 rollouts per arm (20 before: the README keeps both; a longer budget extends the cached runs).
+    # 50 rollouts per arm (20 before: docs/research.md keeps both; a longer budget extends the cached runs).
     rollouts: int = 50
     rollout_steps: int = 100
     cache_lengths: tuple[int, ...] = (5, 10, 20, 50, 100)

@@ -39,7 +39,7 @@ LEARNED = {"mnemosyne": "mnemosyne", "lstm": "lstm"}  # curve name -> learned op
 @dataclass
 class Config:
     # 5 meta-training seeds (issue 11); each seed evaluates 5 optimizees. One 200-rollout meta-training takes 1-30 min
-    # per optimizer on the shared 2-core CPU, cached in `mnemosyne_meta_runs/` (see the README).
+    # per optimizer on the shared 2-core CPU, cached in `mnemosyne_meta_runs/` (docs/research.md).
     seeds: int = 5
     rollouts: int = 200
     rollout_steps: int = 100

@@ -85,7 +85,7 @@ class MPCConfig:
     tol: float = 1e-6  # primal tolerance of the SQP (max constraint violation)
     tol_du: float = 1e-4  # dual tolerance (max gradient of the Lagrangian; costs are O(1), see the weights)
     hessian: str = "hybrid"  # method "sqp": see mnemo_mpc.planning.sqp
-    newton_du: float = 0.3  # method "sqp", hybrid Hessian: exact Newton once |grad L|_inf <= this (see README)
+    newton_du: float = 0.3  # method "sqp", hybrid Hessian: exact Newton once |grad L|_inf <= this (docs/results.md)
     convexify: str = "clip"  # method "sqp": what to do with an indefinite exact Hessian ("clip" | "reflect")
     compile: bool = True  # compile the NLP's CasADi functions to C (cached on disk; see planning.codegen)
     qpsol: str = "piqp"  # method "sqpmethod": its QP backend

@@ -12,7 +12,7 @@ this is that SQP, built so that a better start is never slower:
   definite, so every QP is convex and its step a descent direction); once the dual residual is below `newton_du`,
   the exact Hessian of the Lagrangian: Newton's quadratic convergence for warm starts, Gauss-Newton's robustness for
   cold ones. Where the exact Hessian makes the QP non-convex (DAQP says so), its negative eigenvalues are clipped
-  (`convexified`). newton_du = 0.3 was chosen on a validation suite (README).
+  (`convexified`). newton_du = 0.3 was chosen on a validation suite (docs/results.md).
 * **Globalisation.** Backtracking on the l1 merit phi = f + sigma * (constraint violation), sigma >= 1.01 |lambda|_inf,
   Armijo test phi(x + t d) <= phi(x) + c1 t D + 10 eps |phi(x)|. The last term is IPOPT's round-off allowance: at
   (or within round-off of) a solution D ~ 0 and the merit difference is noise, which without it rejects the zero
