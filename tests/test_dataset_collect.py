@@ -92,7 +92,7 @@ def test_dense_worlds_with_moving_obstacles_are_collected(tmp_path):
     the expert drives (the lidar grid the examples hold sees them), and both saved in the manifest's config."""
     import dataclasses
 
-    from mnemo_mpc.planning.worlds import generate_world
+    from mnemo_mpc.sim.worlds import generate_world
 
     world = dataclasses.replace(CFG.world, moving_obstacles=2)
     cfg = dataclasses.replace(CFG, world=world, kinds=("dense", "open"))

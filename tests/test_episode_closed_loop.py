@@ -9,8 +9,8 @@ from mnemo_mpc.dataset.recorder import ExpertRecorder
 from mnemo_mpc.errors import InfeasibleProblemError
 from mnemo_mpc.nav.controller import Controller
 from mnemo_mpc.planning.grid import OccupancyGrid
-from mnemo_mpc.planning.worlds import World, world_from_grid
 from mnemo_mpc.sim.episode import EpisodeConfig, run_episode
+from mnemo_mpc.sim.worlds import World, world_from_grid
 
 pytest.importorskip("pybullet")
 

@@ -25,8 +25,8 @@ from mnemo_mpc.planning.global_path import (
 from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.planning.mpc import MPCConfig
 from mnemo_mpc.planning.robot import RobotModel
-from mnemo_mpc.planning.worlds import WorldConfig, generate_world, world_from_grid
 from mnemo_mpc.profile import NavParams
+from mnemo_mpc.sim.worlds import WorldConfig, generate_world, world_from_grid
 
 ROOT = Path(__file__).resolve().parents[1]
 JACKAL_YAML = ROOT / "config" / "robots" / "jackal.yaml"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mnemo_mpc.planning.grid import OCCUPIED, OccupancyGrid
-from mnemo_mpc.planning.worlds import MovingObstacle, World, WorldConfig, generate_world
+from mnemo_mpc.sim.worlds import MovingObstacle, World, WorldConfig, generate_world
 
 pytest.importorskip("pybullet")
 
@@ -139,7 +139,7 @@ def test_episode_metrics_time_ratio_clearance_and_cause(sim):
 def test_eval_reports_the_new_columns(tmp_path, capsys):
     from mnemo_mpc.cli import main
     from mnemo_mpc.commands._args import WORLD_KINDS
-    from mnemo_mpc.planning.worlds import ALL_KINDS
+    from mnemo_mpc.sim.worlds import ALL_KINDS
 
     assert WORLD_KINDS == ALL_KINDS
     out = tmp_path / "e.json"

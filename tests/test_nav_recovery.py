@@ -24,7 +24,7 @@ from mnemo_mpc.planning.global_path import plan_global_path
 from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.planning.mpc import MPCConfig
 from mnemo_mpc.planning.robot import RobotModel
-from mnemo_mpc.planning.worlds import generate_world
+from mnemo_mpc.sim.worlds import generate_world
 
 RES = 0.05
 WINDOW = (80, 80)

@@ -95,7 +95,7 @@ def test_nlp_clearance_is_the_spline_of_the_field(form):
 
 
 def test_receding_horizon_collision_free_on_generated_worlds(mpc):
-    from mnemo_mpc.planning.worlds import WorldConfig, generate_world
+    from mnemo_mpc.sim.worlds import WorldConfig, generate_world
 
     cfg = mpc.config
     for seed, kind in [(1, "corridor"), (2, "doors"), (3, "clutter"), (4, "rooms")]:

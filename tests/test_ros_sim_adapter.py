@@ -10,9 +10,9 @@ import pytest
 
 from mnemo_mpc.errors import InputError
 from mnemo_mpc.planning.grid import FREE, OCCUPIED, OccupancyGrid
-from mnemo_mpc.planning.worlds import world_from_grid
 from mnemo_mpc.ros.sim_params import SimNodeParams
 from mnemo_mpc.sim.world import parse_pose
+from mnemo_mpc.sim.worlds import world_from_grid
 
 pytest.importorskip("pybullet")
 pytest.importorskip("rosbags")
@@ -195,12 +195,12 @@ def test_collision_and_goal_events_and_exit_codes(types):
 def test_robot_params_give_the_simulator_the_profiles_body_lidar_and_world(types, tmp_path):
     """One file drives planner and simulator (issue 10 item 1): `robot_params` gives the simulated robot the Jackal's
     footprint, its 10 m lidar and 6 m window, and the world `mnemo-mpc demo --params` drives."""
-    from mnemo_mpc.planning.worlds import generate_world
     from mnemo_mpc.profile import NavParams
     from mnemo_mpc.resources import share_file
     from mnemo_mpc.ros.sim_adapter import SimAdapter
     from mnemo_mpc.sim.profile import closed_loop_setup
     from mnemo_mpc.sim.robot import diff_drive_config
+    from mnemo_mpc.sim.worlds import generate_world
 
     jackal = share_file("config", "robots/jackal.yaml")
     params = SimNodeParams.from_dict({"world_seed": 1003, "robot_params": str(jackal), "sim_rate_hz": 25})

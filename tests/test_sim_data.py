@@ -55,9 +55,9 @@ def test_sample_worlds_regenerate_exactly(tmp_path):
 
 def test_scenarios_load_as_the_generated_worlds():
     from mnemo_mpc.commands.eval import load_scenarios
-    from mnemo_mpc.planning.worlds import generate_world
     from mnemo_mpc.sim.sample_worlds import SAMPLES
     from mnemo_mpc.sim.world import load_map_world
+    from mnemo_mpc.sim.worlds import generate_world
 
     path = ROOT / "sim" / "scenarios" / "sample_worlds.json"
     scenarios = load_scenarios(path)

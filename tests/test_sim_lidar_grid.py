@@ -6,10 +6,10 @@ import pytest
 
 from mnemo_mpc.errors import InputError
 from mnemo_mpc.planning.grid import FREE, OCCUPIED, OccupancyGrid
-from mnemo_mpc.planning.worlds import World, world_from_grid
 from mnemo_mpc.sim import LidarConfig, LocalGridConfig, SimConfig, Simulator
 from mnemo_mpc.sim.lidar import LidarScan
 from mnemo_mpc.sim.local_grid import LocalGrid
+from mnemo_mpc.sim.worlds import World, world_from_grid
 
 pytest.importorskip("pybullet")
 

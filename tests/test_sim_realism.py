@@ -11,12 +11,12 @@ import pytest
 
 from mnemo_mpc.errors import InputError
 from mnemo_mpc.planning.grid import OccupancyGrid
-from mnemo_mpc.planning.worlds import World
 from mnemo_mpc.profile import NavParams
 from mnemo_mpc.sim.lidar import LidarConfig, LidarScan
 from mnemo_mpc.sim.local_grid import LocalGrid
 from mnemo_mpc.sim.realism import Drive, Realism, realism_for
 from mnemo_mpc.sim.simulator import SimConfig, Simulator
+from mnemo_mpc.sim.worlds import World
 
 H = 1.0 / 240.0
 

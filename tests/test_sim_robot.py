@@ -8,8 +8,8 @@ import pytest
 from mnemo_mpc.errors import InfeasibleProblemError, InputError, MnemoError
 from mnemo_mpc.planning.grid import FREE, OCCUPIED, OccupancyGrid
 from mnemo_mpc.planning.robot import RobotModel
-from mnemo_mpc.planning.worlds import World, generate_world, world_from_grid
 from mnemo_mpc.sim import SimConfig, Simulator
+from mnemo_mpc.sim.worlds import World, generate_world, world_from_grid
 
 pytest.importorskip("pybullet")
 

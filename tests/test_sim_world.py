@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from mnemo_mpc.planning.grid import FREE, OCCUPIED, OccupancyGrid
-from mnemo_mpc.planning.worlds import generate_world
 from mnemo_mpc.sim.world import grid_boxes, ground_truth_grid, merge_occupied_rectangles, world_bounds
+from mnemo_mpc.sim.worlds import generate_world
 
 pb = pytest.importorskip("pybullet")
 
@@ -88,8 +88,8 @@ def test_rays_hit_exactly_the_grid_walls():
 
 
 def test_moving_obstacles_become_bodies_of_their_shape_where_they_start():
-    from mnemo_mpc.planning.worlds import MovingObstacle, World
     from mnemo_mpc.sim.world import StaticGeometryConfig, build_moving_obstacles
+    from mnemo_mpc.sim.worlds import MovingObstacle, World
 
     w = generate_world(0, kind="open")
     cyl = MovingObstacle("cylinder", (0.25, 0.25), (3.0, 3.0), (5.0, 3.0), speed=0.3, phase=0.25)

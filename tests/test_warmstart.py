@@ -379,8 +379,8 @@ def test_runtime_errors_name_the_field(exported, tmp_path):
 def test_the_runtime_plugs_into_the_controller(exported):
     """hybrid with a (weak) model drives a closed-loop episode: every step planned from one of the candidates."""
     from mnemo_mpc.nav.controller import Controller, ControllerConfig
-    from mnemo_mpc.planning.worlds import generate_world
     from mnemo_mpc.sim.episode import EpisodeConfig, run_episode
+    from mnemo_mpc.sim.worlds import generate_world
     from mnemo_mpc.warmstart.runtime import WarmStartModel
 
     _, path, _ = exported

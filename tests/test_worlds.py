@@ -7,7 +7,7 @@ from skimage.morphology import disk
 
 from mnemo_mpc.errors import InfeasibleProblemError, InputError
 from mnemo_mpc.planning.grid import FREE, OCCUPIED, OccupancyGrid
-from mnemo_mpc.planning.worlds import (
+from mnemo_mpc.sim.worlds import (
     ALL_KINDS,
     KINDS,
     MovingObstacle,

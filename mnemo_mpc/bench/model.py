@@ -110,7 +110,7 @@ def _shipped(path: str, cfg: ModelBenchConfig) -> dict[str, Any]:
     from mnemo_mpc.nav.controller import WarmStartContext
     from mnemo_mpc.planning.esdf import DistanceField
     from mnemo_mpc.planning.robot import RobotModel
-    from mnemo_mpc.planning.worlds import generate_world
+    from mnemo_mpc.sim.worlds import generate_world
     from mnemo_mpc.warmstart.runtime import WarmStartModel, read_metadata
 
     _, info = read_metadata(path)

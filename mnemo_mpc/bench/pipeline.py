@@ -133,9 +133,9 @@ def run(cfg: PipelineConfig, progress: bool = True) -> dict:
     from mnemo_mpc.nav.controller import WarmStartContext
     from mnemo_mpc.nav.prefetch import Prefetcher
     from mnemo_mpc.planning.global_path import plan_global_path
-    from mnemo_mpc.planning.worlds import generate_world
     from mnemo_mpc.sim.profile import closed_loop_setup
     from mnemo_mpc.sim.simulator import Simulator
+    from mnemo_mpc.sim.worlds import generate_world
     from mnemo_mpc.warmstart.runtime import WarmStartModel, find_model
 
     setup = closed_loop_setup(load_params(argparse.Namespace(params=cfg.params)), realism=cfg.realism)

@@ -103,11 +103,11 @@ def run_cell(cfg: RealismBenchConfig, latency_periods: float, lag_s: float, cont
     import numpy as np
 
     from mnemo_mpc.nav.actuation import ActuationModel
-    from mnemo_mpc.planning.worlds import generate_world
     from mnemo_mpc.sim.episode import EpisodeConfig, percentiles, run_episode
     from mnemo_mpc.sim.profile import closed_loop_setup
     from mnemo_mpc.sim.realism import Realism
     from mnemo_mpc.sim.simulator import Simulator
+    from mnemo_mpc.sim.worlds import generate_world
 
     setup = closed_loop_setup(_params(cfg), real_time=True, realism="ideal")
     dt = setup.mpc.dt

@@ -1,7 +1,7 @@
 """SQP MPC benchmark: how many iterations and how much time each kind of start costs, on a fixed seeded suite.
 
 Seed 002 §5.2 reports SQP at 4.78 iterations cold (cap 10) and 1 iteration warm-started. Each problem here is a world
-from `mnemo_mpc.planning.worlds` (kinds cycled: corridor, doors, clutter, open, rooms, mixed), its global path, and a
+from `mnemo_mpc.sim.worlds` (kinds cycled: corridor, doors, clutter, open, rooms, mixed), its global path, and a
 short receding-horizon run: after a seeded pre-roll from the world's start, every recorded step's problem (state,
 velocity, window, reference) is solved from each start below. The robot then applies u_0 of the shifted solve (the
 cold one if that failed) and the window moves with it.
@@ -161,7 +161,7 @@ def make_problems(cfg: SQPBenchConfig) -> list[Problem]:
     import numpy as np
 
     from mnemo_mpc.planning.global_path import plan_global_path
-    from mnemo_mpc.planning.worlds import WorldConfig, generate_world
+    from mnemo_mpc.sim.worlds import WorldConfig, generate_world
 
     robot = cfg.robot
     # The generator sized for the robot: its inflation, margin, and corridors at least as wide as its narrowest door.

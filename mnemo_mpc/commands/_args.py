@@ -354,7 +354,7 @@ def check_device(device: str, flag: str = "--device", *, auto: bool = False) -> 
         raise InputError(f"{flag}: {device} is not available on this machine ({found} CUDA devices)")
 
 
-# Generated-world families (mnemo_mpc.planning.worlds.ALL_KINDS, spelled out so that parsing imports no numpy; a
+# Generated-world families (mnemo_mpc.sim.worlds.ALL_KINDS, spelled out so that parsing imports no numpy; a
 # test keeps the two equal) and a cap on moving obstacles per world.
 WORLD_KINDS = ("rooms", "corridor", "doors", "clutter", "open", "mixed", "dense")
 MAX_MOVING_OBSTACLES = 50

@@ -69,7 +69,7 @@ def handler(args: argparse.Namespace) -> int:
     from mnemo_mpc.dataset.stats import world_throughput
     from mnemo_mpc.dataset.store import DatasetStore
     from mnemo_mpc.nav.controller import ControllerConfig
-    from mnemo_mpc.planning.worlds import WorldConfig
+    from mnemo_mpc.sim.worlds import WorldConfig
 
     world = WorldConfig() if args.difficulty is None else dataclasses.replace(WorldConfig(), difficulty=args.difficulty)
     model = str(Path(args.model).resolve()) if args.model else None

@@ -35,7 +35,7 @@ def handler(args: argparse.Namespace) -> int:
     import dataclasses
 
     from mnemo_mpc.errors import InputError
-    from mnemo_mpc.planning.worlds import ALL_KINDS, generate_world
+    from mnemo_mpc.sim.worlds import ALL_KINDS, generate_world
 
     # Every argument is checked before the simulator and the solver are loaded.
     out = _args.check_output_dir(args.out, "--out")

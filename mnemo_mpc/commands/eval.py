@@ -183,7 +183,7 @@ def handler(args: argparse.Namespace) -> int:
     # Each job: (label, make_world callable, goal tolerance, time limit).
     jobs: list[tuple[str, Any, float, float | None]] = []
     if args.worlds is not None:
-        from mnemo_mpc.planning.worlds import generate_world
+        from mnemo_mpc.sim.worlds import generate_world
 
         kinds = args.world_kinds or (None,)
         world_cfg = setup.world

@@ -45,7 +45,7 @@ from mnemo_mpc.errors import DatasetError, InputError
 from mnemo_mpc.nav.controller import ControllerConfig
 from mnemo_mpc.planning.mpc import MPCConfig
 from mnemo_mpc.planning.robot import RobotModel
-from mnemo_mpc.planning.worlds import WorldConfig
+from mnemo_mpc.sim.worlds import WorldConfig
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class CollectConfig:
             raise InputError(f"CollectConfig.seed: expected a non-negative integer, got {self.seed}")
         if int(self.expert_max_iter) < 1:
             raise InputError(f"CollectConfig.expert_max_iter: expected an integer >= 1, got {self.expert_max_iter}")
-        from mnemo_mpc.planning.worlds import ALL_KINDS
+        from mnemo_mpc.sim.worlds import ALL_KINDS
 
         kinds = tuple(self.kinds)
         if not kinds or any(k is not None and k not in ALL_KINDS for k in kinds):
@@ -229,8 +229,8 @@ def collect_world(root: str, world_id: int, config: CollectConfig) -> dict[str, 
     An episode that raises is committed with status "error" and the message, so it is not retried silently and the
     manifest shows it. Process death (SIGKILL, OOM) commits nothing: the world is redone on resume.
     """
-    from mnemo_mpc.planning.worlds import generate_world
     from mnemo_mpc.sim.episode import run_episode
+    from mnemo_mpc.sim.worlds import generate_world
 
     t0, c0 = time.perf_counter(), time.process_time()
     seed = world_seed(config.seed, world_id)

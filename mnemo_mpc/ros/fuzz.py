@@ -1,6 +1,6 @@
 """Seeded hostile-message fuzz of the node core (`NavAdapter`), closed loop on a simulated clock (issue 9, 10-12).
 
-A robot drives in generated worlds (`mnemo_mpc.planning.worlds`, small ones so that episodes end and restart): it
+A robot drives in generated worlds (`mnemo_mpc.sim.worlds`, small ones so that episodes end and restart): it
 follows the published commands exactly (`RobotModel.step`, the kinematic unicycle), its odometry arrives at
 `odom_rate_hz`, the local grid (the world's ground truth cropped with `OccupancyGrid.window` to a
 `window_cells`-square window around the robot) at `grid_rate_hz`, and each episode's goal (and, usually, a global
@@ -224,7 +224,7 @@ def _float_leaves(obj: Any, prefix: str = "") -> list[tuple[Any, Any, str]]:
 # --- the world the robot drives in ----------------------------------------------------------------------------------
 @dataclass
 class Episode:
-    world: Any  # planning.worlds.World
+    world: Any  # sim.worlds.World
     goal: np.ndarray
     path: np.ndarray | None
     started_s: float
@@ -498,7 +498,7 @@ class Scenario:
     """The realistic message stream plus hostile injections, closed loop through the published commands."""
 
     def __init__(self, cfg: FuzzConfig, params: NavParams, factory: MessageFactory | None = None) -> None:
-        from mnemo_mpc.planning.worlds import WorldConfig
+        from mnemo_mpc.sim.worlds import WorldConfig
 
         self.cfg, self.params = cfg, params
         self.rng = np.random.default_rng(np.random.SeedSequence([cfg.seed, int(round(params.control_rate_hz * 1000))]))
@@ -539,7 +539,7 @@ class Scenario:
     def _new_episode(self, velocity: np.ndarray) -> ScenarioState:
         from mnemo_mpc.errors import MnemoError
         from mnemo_mpc.planning.global_path import plan_global_path
-        from mnemo_mpc.planning.worlds import generate_world
+        from mnemo_mpc.sim.worlds import generate_world
 
         world = generate_world(self.cfg.seed * 100_003 + self.episodes, self.world_config)
         self.episodes += 1

@@ -23,9 +23,7 @@ SIM_NODE_NAME = "mnemo_mpc_sim"
 @dataclass
 class SimNodeParams:
     # world: a generated one, or a map_server map with a start and a goal
-    world_seed: int = param(
-        7, "generated world seed (mnemo_mpc.planning.worlds.generate_world; `mnemo-mpc demo --seed`)"
-    )
+    world_seed: int = param(7, "generated world seed (mnemo_mpc.sim.worlds.generate_world; `mnemo-mpc demo --seed`)")
     world_kind: str = param(
         "", "generated world kind: rooms, corridor, doors, clutter, open, mixed; empty: from the seed"
     )
@@ -89,8 +87,8 @@ class SimNodeParams:
             raise InputError(f"parameter time_limit_s: expected >= 0 (0: no limit), got {self.time_limit_s}")
         if self.world_seed < 0 or self.seed < 0:
             raise InputError(f"parameters world_seed and seed: expected >= 0, got {self.world_seed}, {self.seed}")
-        from mnemo_mpc.planning.worlds import KINDS
         from mnemo_mpc.sim.realism import LEVELS
+        from mnemo_mpc.sim.worlds import KINDS
 
         if self.realism not in LEVELS:
             raise InputError(f"parameter realism: expected one of {list(LEVELS)}, got {self.realism!r}")
@@ -170,7 +168,7 @@ class SimNodeParams:
 
             return load_map_world(self.map_yaml_path(), self.start_pose(), self.goal_pose())
         from mnemo_mpc.planning.robot import RobotModel
-        from mnemo_mpc.planning.worlds import WorldConfig, generate_world
+        from mnemo_mpc.sim.worlds import WorldConfig, generate_world
 
         return generate_world(
             self.world_seed, WorldConfig.for_robot(robot or RobotModel()), kind=self.world_kind or None

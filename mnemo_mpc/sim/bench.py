@@ -49,9 +49,9 @@ def run(config: SimBenchConfig, progress: bool = True) -> dict:
 
 def run_benchmark(worlds: int, steps: int, beams: int, seed: int = 0) -> dict:
     """Time `steps` control steps in each of `worlds` generated worlds (kinds cycled)."""
-    from mnemo_mpc.planning.worlds import KINDS, WorldConfig, generate_world
     from mnemo_mpc.sim.lidar import LidarConfig
     from mnemo_mpc.sim.simulator import SimConfig, Simulator
+    from mnemo_mpc.sim.worlds import KINDS, WorldConfig, generate_world
 
     cfg = SimConfig(lidar=LidarConfig(num_beams=beams))
     stages: dict[str, list[float]] = {

@@ -23,7 +23,7 @@ from mnemo_mpc.nav.controller import Controller, ControllerConfig, ControlOutput
 from mnemo_mpc.planning.global_path import plan_global_path
 from mnemo_mpc.planning.mpc import MPCConfig
 from mnemo_mpc.planning.robot import RobotModel
-from mnemo_mpc.planning.worlds import World
+from mnemo_mpc.sim.worlds import World
 
 log = logging.getLogger(__name__)
 

@@ -596,8 +596,8 @@ def record_excitation_bag(
     from rosbags.typesys import Stores, get_typestore
 
     from mnemo_mpc.planning.grid import OccupancyGrid
-    from mnemo_mpc.planning.worlds import World
     from mnemo_mpc.sim.simulator import Simulator
+    from mnemo_mpc.sim.worlds import World
 
     bag = Path(bag)
     topics = topics or RecordTopics()

@@ -25,11 +25,11 @@ from typing import Any
 
 from mnemo_mpc.planning.mpc import MPCConfig
 from mnemo_mpc.planning.robot import RobotModel
-from mnemo_mpc.planning.worlds import WorldConfig
 from mnemo_mpc.profile import SOLVE_BUDGET, NavParams, Profile, build
 from mnemo_mpc.sim.local_grid import LocalGridConfig
 from mnemo_mpc.sim.realism import Realism, realism_for
 from mnemo_mpc.sim.simulator import SimConfig
+from mnemo_mpc.sim.worlds import WorldConfig
 
 __all__ = ["SOLVE_BUDGET", "ClosedLoopSetup", "closed_loop_setup"]
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mnemo_mpc.atomic import atomic_write_text
 from mnemo_mpc.planning.mapio import save_map
-from mnemo_mpc.planning.worlds import generate_world
+from mnemo_mpc.sim.worlds import generate_world
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Headless PyBullet simulator for closed-loop navigation: world geometry, the differential-drive robot, a 2-D lidar
 and the fused local occupancy grid the MPC plans on.
 
-    from mnemo_mpc.planning.worlds import generate_world
+    from mnemo_mpc.sim.worlds import generate_world
     from mnemo_mpc.sim import SimConfig, Simulator
 
     with Simulator(SimConfig()) as sim:
@@ -51,12 +51,12 @@ import numpy as np
 from mnemo_mpc.errors import InputError, MnemoError
 from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.planning.robot import RobotModel
-from mnemo_mpc.planning.worlds import World
 from mnemo_mpc.sim.lidar import Lidar, LidarConfig, LidarScan
 from mnemo_mpc.sim.local_grid import LocalGrid, LocalGridConfig
 from mnemo_mpc.sim.realism import Drive, Realism
 from mnemo_mpc.sim.robot import DiffDriveConfig, DiffDriveRobot, diff_drive_config, write_robot_urdf
 from mnemo_mpc.sim.world import StaticGeometryConfig, build_moving_obstacles, build_static_geometry
+from mnemo_mpc.sim.worlds import World
 
 log = logging.getLogger(__name__)
 

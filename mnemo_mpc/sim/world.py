@@ -17,7 +17,7 @@ import numpy as np
 
 from mnemo_mpc.errors import InputError
 from mnemo_mpc.planning.grid import FREE, OCCUPIED, OccupancyGrid
-from mnemo_mpc.planning.worlds import World, world_from_grid
+from mnemo_mpc.sim.worlds import World, world_from_grid
 
 log = logging.getLogger(__name__)
 
