@@ -1,9 +1,10 @@
 """Hostile-input fuzz of the node core (`NavAdapter`), issue 9 defects 10-12 and issue 26: a realistic closed-loop
-stream mixed with malformed messages (`mnemo_mpc.ros.fuzz`), at 10 and 50 Hz: no exception out of a callback or a
-tick and none swallowed inside (no "error" tick, no message dropped on an unexpected exception, no ERROR log), no tick
-over 1 s, no non-finite command, no velocity or acceleration limit violation at the control period, stale input stops
-the robot; goals at every decade of distance and episodes without a global path. Each check is shown to fire: the
-fuzz is run against injected faults (`test_fuzz_reports_*`). Tick times are measured by `mnemo-mpc bench node`."""
+stream (`mnemo_mpc.ros.stream`) mixed with malformed messages (`mnemo_mpc.ros.hostile`), at 10 and 50 Hz: no
+exception out of a callback or a tick and none swallowed inside (no "error" tick, no message dropped on an unexpected
+exception, no ERROR log), no tick over 1 s, no non-finite command, no velocity or acceleration limit violation at the
+control period, stale input stops the robot; goals at every decade of distance and episodes without a global path.
+Each check is shown to fire: the fuzz is run against injected faults (`test_fuzz_reports_*`). Tick times are measured
+by `mnemo-mpc bench node`."""
 
 from __future__ import annotations
 
@@ -17,16 +18,16 @@ import numpy as np
 import pytest
 
 from mnemo_mpc.profile import NavParams
-from mnemo_mpc.ros.fuzz import (
+from mnemo_mpc.ros.hostile import (
     HOSTILE,
-    Delivery,
     FuzzConfig,
     FuzzReport,
+    HostileScenario,
     Monitor,
-    Scenario,
     describe,
     run_fuzz,
 )
+from mnemo_mpc.ros.stream import Delivery
 
 pytest.importorskip("rosbags.typesys", reason="rosbags provides the ROS2 message definitions")
 
@@ -66,7 +67,7 @@ def test_fuzz_node_core_large(rate_hz):
 # --- the generator and the checker themselves -----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def scenario():
-    return Scenario(FuzzConfig(messages=100, huge_grids=0), NavParams())
+    return HostileScenario(FuzzConfig(messages=100, huge_grids=0), NavParams())
 
 
 def test_every_hostile_message_survives_the_wire(scenario):
@@ -80,7 +81,7 @@ def test_every_hostile_message_survives_the_wire(scenario):
 
 def test_the_stream_is_seeded():
     def trace(seed):
-        sc = Scenario(FuzzConfig(seed=seed, messages=2000), NavParams())
+        sc = HostileScenario(FuzzConfig(seed=seed, messages=2000), NavParams())
         out = []
         for _ in range(40):
             out += [(d.topic, d.variant, round(d.recv_s, 9), describe(d.msg)) for d in sc.deliveries()]
@@ -286,7 +287,7 @@ def test_far_goals_sweep_every_decade_and_are_labelled_by_the_accepted_band(scen
 
 def test_episodes_without_a_global_path_clear_a_hostile_one():
     """An own-path episode sends an empty path with its goal: a hostile path received meanwhile is cleared."""
-    sc = Scenario(FuzzConfig(seed=0, messages=1000, path_probability=0.0), NavParams())
+    sc = HostileScenario(FuzzConfig(seed=0, messages=1000, path_probability=0.0), NavParams())
     first = sc.deliveries()
     paths = [d for d in first if d.topic == "path" and d.label == "clean"]
     assert len(paths) == 1 and len(paths[0].msg.poses) == 0

@@ -1,13 +1,13 @@
 """`mnemo-mpc bench node`: the ROS node core's control tick, timed on a realistic closed-loop scenario (issue 9).
 
 The node (`mnemo_mpc.ros.node`) hands every message to a `NavAdapter` callback and runs `NavAdapter.tick` on its
-timer; this benchmark drives the same adapter, without rclpy, through `mnemo_mpc.ros.fuzz`: a robot driving in
-generated worlds on a simulated clock (now advances by the control period per tick, whatever the wall time), its
-odometry at 50 Hz and its local grid at 10 Hz as ROS 2 messages (rosbags' classes), each episode's goal and global
-path. A tick is message-out work (controller step on the fitted window, limiter, Twist and Path messages); the
-callbacks (message -> arrays, checks, pooling a fine grid) are timed apart, and `period_ms` is one control period's
-callbacks plus its tick. `--fuzz` mixes in the hostile messages of the fuzz test (malformed, huge, mis-stamped,
-clock resets) and reports the contract's violations beside the times.
+timer; this benchmark drives the same adapter, without rclpy, through `mnemo_mpc.ros.hostile.run_fuzz` on the stream
+of `mnemo_mpc.ros.stream`: a robot driving in generated worlds on a simulated clock (now advances by the control
+period per tick, whatever the wall time), its odometry at 50 Hz and its local grid at 10 Hz as ROS 2 messages
+(rosbags' classes), each episode's goal and global path. A tick is message-out work (controller step on the fitted
+window, limiter, Twist and Path messages); the callbacks (message -> arrays, checks, pooling a fine grid) are timed
+apart, and `period_ms` is one control period's callbacks plus its tick. `--fuzz` mixes in the hostile messages of the
+fuzz test (malformed, huge, mis-stamped, clock resets) and reports the contract's violations beside the times.
 
 Output: `tick_ms` {p50, p95, p99, max, mean}, `rate_hz_p50` = 1000 / tick_ms.p50, `tick_ms_by_status`,
 `period_ms`, `controller_ms` and `solve_ms` (the controller step and the SQP inside the tick), `callback_ms` per
@@ -76,7 +76,7 @@ def run(cfg: NodeBenchConfig, progress: bool = True) -> dict[str, Any]:
 
     from mnemo_mpc import __version__
     from mnemo_mpc.profile import NavParams
-    from mnemo_mpc.ros.fuzz import FuzzConfig, run_fuzz
+    from mnemo_mpc.ros.hostile import FuzzConfig, run_fuzz
     from mnemo_mpc.sim.episode import percentiles
 
     params = NavParams.from_yaml(cfg.params_file) if cfg.params_file is not None else NavParams()

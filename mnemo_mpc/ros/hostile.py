@@ -1,16 +1,12 @@
 """Seeded hostile-message fuzz of the node core (`NavAdapter`), closed loop on a simulated clock (issue 9, 10-12).
 
-A robot drives in generated worlds (`mnemo_mpc.sim.worlds`, small ones so that episodes end and restart): it
-follows the published commands exactly (`RobotModel.step`, the kinematic unicycle), its odometry arrives at
-`odom_rate_hz`, the local grid (the world's ground truth cropped with `OccupancyGrid.window` to a
-`window_cells`-square window around the robot) at `grid_rate_hz`, and each episode's goal (and, usually, a global
-path) once. Interleaved with that stream come hostile messages (`HOSTILE`): NaN / +-inf in every float field of
-every input type, wrong data length, zero / negative / NaN resolution, empty, 1x1, 3x3 and huge grids, cell values
-out of range, zero and unnormalised quaternions, stamps backwards / in the far future / zero / malformed, frame
-mismatches, paths with 0 / 1 / NaN points, goals in obstacles or off the map, goals at every decade of distance from
-10 m to 1e12 m (the accepted band ends at `convert.MAX_COORDINATE_M`), odometry with absurd velocities. The clock
-itself misbehaves too: sensor dropouts, and the sim clock resetting (time going backwards). A share of the episodes
-(`1 - path_probability`) has no global path, so the controller plans its own (`nav/own_path.py`).
+Into the realistic stream of `mnemo_mpc.ros.stream` (a robot driving in generated worlds: its odometry, local grid,
+goals and paths; sensor dropouts and sim clock resets) come hostile messages (`HostileScenario`, `HOSTILE`): NaN /
++-inf in every float field of every input type, wrong data length, zero / negative / NaN resolution, empty, 1x1, 3x3
+and huge grids, cell values out of range, zero and unnormalised quaternions, stamps backwards / in the far future /
+zero / malformed, frame mismatches, paths with 0 / 1 / NaN points, goals in obstacles or off the map, goals at every
+decade of distance from 10 m to 1e12 m (the accepted band ends at `convert.MAX_COORDINATE_M`), odometry with absurd
+velocities.
 
 Every control period the runner delivers that period's messages to the callbacks (each at its receive time), ticks
 the adapter at `now_s` (advancing by T = 1 / control_rate_hz per tick, whatever the wall time), and checks the
@@ -52,14 +48,20 @@ from typing import Any
 
 import numpy as np
 
-from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.profile import NavParams
 from mnemo_mpc.ros import convert
-from mnemo_mpc.ros.sim_convert import SimMessageTypes, make_odometry, path_states
+from mnemo_mpc.ros.stream import (
+    LATENCY_S,
+    TOPICS,
+    Delivery,
+    MessageFactory,
+    Scenario,
+    ScenarioState,
+    StreamConfig,
+)
 from mnemo_mpc.sim.episode import percentiles
 
-TOPICS = ("grid", "odometry", "goal", "path")
-LABELS = ("clean", "may", "stale", "bad")
+LABELS = ("clean", "may", "stale", "bad")  # module docstring
 # Float fields the node reads (NaN/inf there must drop the message); NaN elsewhere (covariance, z, ...) may pass.
 USED_FLOATS = {
     "grid": {"info.resolution", "info.origin.position.x", "info.origin.position.y"}
@@ -71,32 +73,15 @@ USED_FLOATS = {
 }
 TOPIC_WEIGHTS = (0.46, 0.46, 0.04, 0.04)  # hostile messages per topic: sensors stream, goals and paths are rare
 FRESH_MARGIN_S = 1e-3  # "surely stale" is decided this far past the boundary, so rounding cannot flip it
-# header stamp -> arrival, per topic: each stream's stamps are in order, and a hostile message of a topic is stamped
-# like the stream it imitates (unless its stamp is the point)
-LATENCY_S = {"odometry": 0.005, "grid": 0.05, "goal": 0.0, "path": 0.0}
 
 
 @dataclass(frozen=True)
-class FuzzConfig:
-    """One fuzz run. The run stops once `messages` messages were delivered (or after `max_ticks`)."""
+class FuzzConfig(StreamConfig):
+    """One fuzz run: the stream (`StreamConfig`), the hostile mix and the contract's tick budget."""
 
-    seed: int = 0
-    messages: int = 10_000
-    max_ticks: int = 1_000_000
     hostile_per_tick: float = 4.0  # mean hostile messages per control period (Poisson); 0: the realistic stream only
-    odom_rate_hz: float = 50.0
-    grid_rate_hz: float = 10.0
-    window_cells: int = 120  # local grid: window_cells x window_cells at the world's resolution (0.05 m)
     huge_grids: int = 2  # 2000 x 2000 grids per run (each costs ~4 MB and some time; keep it small)
     huge_cells: int = 2000
-    clock_resets: int = 2  # sim clock jumps backwards
-    dropouts: int = 4  # odometry and/or grid stop for 0.7-2 s
-    # an episode's goal comes with a global path; without one the controller plans its own path (nav/own_path.py:
-    # the code a far goal made unbounded), so both kinds of episode run
-    path_probability: float = 0.6
-    episode_s: float = 40.0  # a new world after this much sim time without reaching the goal
-    world_size_m: float = 8.0
-    start_s: float = 1000.0  # sim clock at the first tick
     exclude: tuple[str, ...] = ()  # hostile variants left out (name prefixes), to isolate one finding from another
     max_tick_s: float = 1.0  # a tick slower than this is a violation (module docstring)
 
@@ -108,51 +93,6 @@ class FuzzConfig:
                 "FuzzConfig: expected messages >= 1, max_ticks >= 1, hostile_per_tick >= 0, window_cells >= 8, got "
                 f"{self.messages}, {self.max_ticks}, {self.hostile_per_tick}, {self.window_cells}"
             )
-
-
-@dataclass
-class Delivery:
-    """One message handed to a callback at `recv_s` (sim time)."""
-
-    topic: str  # one of TOPICS
-    msg: Any
-    recv_s: float
-    variant: str  # "clean" or the hostile variant's name
-    label: str  # one of LABELS (module docstring)
-
-
-# --- messages ---------------------------------------------------------------------------------------------------------
-class MessageFactory:
-    """Builds well-formed input messages (rosbags' classes: the real ROS 2 definitions, CDR-serialisable)."""
-
-    def __init__(self, frame_id: str, distro: str = "ROS2_HUMBLE") -> None:
-        from rosbags.typesys import Stores, get_typestore
-
-        self.store = get_typestore(getattr(Stores, distro))
-        self.sim_types = SimMessageTypes.from_rosbags(distro)
-        self.types = self.sim_types.base
-        self.frame_id = frame_id
-
-    def header(self, stamp_s: float, frame_id: str | None = None) -> Any:
-        return convert.make_header(self.types, stamp_s, self.frame_id if frame_id is None else frame_id)
-
-    def grid(self, grid: OccupancyGrid, stamp_s: float) -> Any:
-        msg = convert.make_grid_msg(self.types, grid, stamp_s, self.frame_id)
-        msg.info.resolution = float(np.float32(msg.info.resolution))  # a float32 field: what a subscriber reads
-        return msg
-
-    def odometry(self, pose: np.ndarray, velocity: np.ndarray, stamp_s: float) -> Any:
-        return make_odometry(self.sim_types, pose, velocity, stamp_s, self.frame_id, "base_link")
-
-    def goal(self, goal: np.ndarray, stamp_s: float) -> Any:
-        return self.types.PoseStamped(header=self.header(stamp_s), pose=convert.make_pose(self.types, *goal))
-
-    def path(self, points: np.ndarray, stamp_s: float) -> Any:
-        return convert.make_path(self.types, path_states(points), stamp_s, self.frame_id)
-
-    def roundtrip(self, msg: Any) -> Any:
-        """The message as a subscriber receives it: CDR-serialised and read back (float32 fields rounded...)."""
-        return self.store.deserialize_cdr(bytes(self.store.serialize_cdr(msg, msg.__msgtype__)), msg.__msgtype__)
 
 
 def header_seconds(msg: Any) -> float:
@@ -219,25 +159,6 @@ def _float_leaves(obj: Any, prefix: str = "") -> list[tuple[Any, Any, str]]:
                 if dataclasses.is_dataclass(item):
                     out.extend(_float_leaves(item, path + "[]."))
     return out
-
-
-# --- the world the robot drives in ----------------------------------------------------------------------------------
-@dataclass
-class Episode:
-    world: Any  # sim.worlds.World
-    goal: np.ndarray
-    path: np.ndarray | None
-    started_s: float
-    occupied: np.ndarray  # the world's occupied mask (collisions)
-    occupied_xy: np.ndarray  # centres of occupied cells (goals "inside obstacles")
-
-
-@dataclass
-class ScenarioState:
-    pose: np.ndarray
-    velocity: np.ndarray  # what the robot does: the last published command
-    episode: Episode
-    grid: OccupancyGrid  # the current local window
 
 
 # --- hostile variants ---------------------------------------------------------------------------------------------
@@ -494,118 +415,28 @@ _register()
 
 
 # --- the scenario ---------------------------------------------------------------------------------------------------
-class Scenario:
+class HostileScenario(Scenario):
     """The realistic message stream plus hostile injections, closed loop through the published commands."""
 
-    def __init__(self, cfg: FuzzConfig, params: NavParams, factory: MessageFactory | None = None) -> None:
-        from mnemo_mpc.sim.worlds import WorldConfig
+    cfg: FuzzConfig
 
-        self.cfg, self.params = cfg, params
-        self.rng = np.random.default_rng(np.random.SeedSequence([cfg.seed, int(round(params.control_rate_hz * 1000))]))
-        self.factory = factory or MessageFactory(params.frame_id)
-        self.robot = params.robot_model()
-        self.period_s = 1.0 / params.control_rate_hz
-        self.now = cfg.start_s
-        self.world_config = WorldConfig(
-            size_m=(cfg.world_size_m, cfg.world_size_m),
-            min_start_goal_m=0.4 * cfg.world_size_m,
-            max_start_goal_m=1.2 * cfg.world_size_m,
-        )
-        self.episodes = 0
-        self.own_path_episodes = 0  # episodes whose goal came without a global path
-        self.goals_reached = 0
-        self.collisions = 0
-        self.clock_resets = 0
-        self.tick = 0
-        self._next_odom = self.now
-        self._next_grid = self.now
-        self._idle_ticks = 0
-        self._restore_at: int | None = None
-        self._send_goal = True
-        self._dropout_until = {"odometry": -math.inf, "grid": -math.inf}
-        # Rare events at random ticks of the run (its length estimated from the message rates).
-        per_tick = self.period_s * (cfg.odom_rate_hz + cfg.grid_rate_hz) + cfg.hostile_per_tick
-        horizon = int(min(cfg.max_ticks, cfg.messages / per_tick)) + 21
-        self._huge_at = set(self.rng.integers(5, horizon, cfg.huge_grids).tolist())
-        self._reset_at = set(self.rng.integers(20, horizon, cfg.clock_resets).tolist())
-        self._dropout_at = set(self.rng.integers(10, horizon, cfg.dropouts).tolist())
+    def __init__(self, cfg: FuzzConfig, params: NavParams, factory: MessageFactory | None = None) -> None:
+        super().__init__(cfg, params, factory)
         self._variants = {
             t: sorted(n for n, (topic, _) in HOSTILE.items() if topic == t and not n.startswith(cfg.exclude or "\0"))
             for t in TOPICS
         }
-        self.state = self._new_episode(np.zeros(2))
 
-    # --- episodes ---
-    def _new_episode(self, velocity: np.ndarray) -> ScenarioState:
-        from mnemo_mpc.errors import MnemoError
-        from mnemo_mpc.planning.global_path import plan_global_path
-        from mnemo_mpc.sim.worlds import generate_world
+    def _messages_per_tick(self) -> float:
+        return super()._messages_per_tick() + self.cfg.hostile_per_tick
 
-        world = generate_world(self.cfg.seed * 100_003 + self.episodes, self.world_config)
-        self.episodes += 1
-        path = None
-        # 1 - path_probability of the episodes, evenly spread from the first one on, have no global path
-        share = 1.0 - self.cfg.path_probability
-        k = self.episodes - 1
-        if math.floor(k * share) == math.floor((k - 1) * share):
-            try:
-                path = plan_global_path(world.grid, world.start[:2], world.goal[:2], self.robot)
-            except MnemoError:
-                path = None
-            if path is not None and self.rng.random() < 0.3:  # sparse, ~1 m between waypoints (issue 9, defect 8)
-                path = np.vstack([path[::20], path[-1:]])
-        self.own_path_episodes += path is None
-        mask = world.grid.occupied_mask()
-        rows, cols = np.nonzero(mask)
-        occupied = world.grid.grid_to_world(np.column_stack([cols + 0.5, rows + 0.5]))
-        episode = Episode(world, np.asarray(world.goal, float), path, self.now, mask, occupied)
-        pose = np.asarray(world.start, dtype=float)
-        self._send_goal = True
-        self._idle_ticks = 0
-        return ScenarioState(pose, np.asarray(velocity, float), episode, self._window(world.grid, pose))
+    def _schedule(self, horizon: int) -> None:
+        self._huge_at = set(self.rng.integers(5, horizon, self.cfg.huge_grids).tolist())
 
-    def _window(self, grid: OccupancyGrid, pose: np.ndarray) -> OccupancyGrid:
-        n = self.cfg.window_cells
-        return grid.window(pose[:2], (n, n))
-
-    # --- one control period ---
-    def deliveries(self) -> list[Delivery]:
-        """Messages arriving in (now - T, now], in arrival order. Applies clock events at the period's start."""
-        cfg, rng, f, s = self.cfg, self.rng, self.factory, self.state
-        t_end = self.now
-        t_start = t_end - self.period_s
+    def _injected(self, t_start: float, t_end: float) -> list[Delivery]:
+        """Hostile messages at random times in the period, and a huge grid at the ticks drawn for one."""
+        cfg, rng = self.cfg, self.rng
         out: list[Delivery] = []
-        if self.tick in self._reset_at:  # the sim clock restarts: time goes backwards
-            jump = float(rng.uniform(5.0, 300.0))
-            self._shift_clock(-jump)
-            t_end, t_start = self.now, self.now - self.period_s
-            self.clock_resets += 1
-        if self.tick in self._dropout_at:
-            which = ("odometry", "grid", "both")[int(rng.integers(3))]
-            until = t_end + float(rng.uniform(0.7, 2.0))
-            for topic in ("odometry", "grid") if which == "both" else (which,):
-                self._dropout_until[topic] = until
-        # realistic stream
-        while self._next_odom <= t_end:
-            t = max(self._next_odom, t_start)
-            if t > self._dropout_until["odometry"]:
-                out.append(
-                    Delivery("odometry", f.odometry(s.pose, s.velocity, t - LATENCY_S["odometry"]), t, "clean", "clean")
-                )
-            self._next_odom += 1.0 / cfg.odom_rate_hz
-        while self._next_grid <= t_end:
-            t = max(self._next_grid, t_start)
-            if t > self._dropout_until["grid"]:
-                s.grid = self._window(s.episode.world.grid, s.pose)
-                out.append(Delivery("grid", f.grid(s.grid, t - LATENCY_S["grid"]), t, "clean", "clean"))
-            self._next_grid += 1.0 / cfg.grid_rate_hz
-        if self._send_goal or (self._restore_at is not None and self.tick >= self._restore_at):
-            # without a global path the episode sends an empty one: it clears a hostile path still held
-            path = s.episode.path if s.episode.path is not None else np.zeros((0, 2))
-            out.append(Delivery("path", f.path(path, t_end), t_end, "clean", "clean"))
-            out.append(Delivery("goal", f.goal(s.episode.goal, t_end), t_end, "clean", "clean"))
-            self._send_goal, self._restore_at = False, None
-        # hostile messages at random times in the period
         for _ in range(int(rng.poisson(cfg.hostile_per_tick))):
             names = self._variants[TOPICS[int(rng.choice(len(TOPICS), p=TOPIC_WEIGHTS))]]
             if not names:
@@ -616,7 +447,6 @@ class Scenario:
                     out.append(d)
         if self.tick in self._huge_at:
             out.extend(self.hostile("grid_huge", float(rng.uniform(t_start, t_end))))
-        out.sort(key=lambda d: d.recv_s)
         return out
 
     def hostile(self, name: str, t: float) -> list[Delivery]:
@@ -636,34 +466,6 @@ class Scenario:
         if topic in ("goal", "path") and self._restore_at is None:  # the real goal is re-sent a little later
             self._restore_at = self.tick + int(self.rng.integers(1, 15))
         return out
-
-    def _shift_clock(self, delta: float) -> None:
-        self.now = max(10.0, self.now + delta)
-        self._next_odom = self._next_grid = self.now - self.period_s
-        self._dropout_until = {"odometry": -math.inf, "grid": -math.inf}
-
-    def advance(self, command: np.ndarray | None) -> None:
-        """The robot follows the published command (kept when nothing is published) for one period."""
-        s = self.state
-        if command is not None:
-            s.velocity = np.asarray(command, dtype=float).copy()
-        s.pose = self.robot.step(s.pose, s.velocity, self.period_s)
-        s.pose[2] = math.atan2(math.sin(s.pose[2]), math.cos(s.pose[2]))
-        self.now += self.period_s
-        self.tick += 1
-        g = s.episode.world.grid
-        rc = g.world_to_cell(s.pose[:2])
-        # The robot's centre in a wall: possible when an accepted odd grid (a reshaped one...) hid it. Not a contract
-        # violation, but the episode is over.
-        collided = not g.in_bounds(rc) or bool(s.episode.occupied[int(rc[0]), int(rc[1])])
-        self.collisions += collided
-        near_goal = float(np.hypot(*(s.pose[:2] - s.episode.goal[:2]))) <= self.params.goal_tolerance_m
-        at_rest = near_goal and not np.any(s.velocity)
-        self._idle_ticks = self._idle_ticks + 1 if at_rest else 0
-        timed_out = not 0.0 <= self.now - s.episode.started_s <= self.cfg.episode_s  # or the clock went back
-        if self._idle_ticks >= 3 or timed_out or collided:
-            self.goals_reached += int(self._idle_ticks >= 3)
-            self.state = self._new_episode(s.velocity)
 
 
 # --- the contract ---------------------------------------------------------------------------------------------------
@@ -922,7 +724,9 @@ class Monitor:
 
 def _site(exc: BaseException) -> str:
     frames = traceback.extract_tb(exc.__traceback__)
-    ours = [f for f in frames if "mnemo_mpc" in f.filename and not f.filename.endswith("fuzz.py")] or frames
+    ours = [
+        f for f in frames if "mnemo_mpc" in f.filename and not f.filename.endswith(("hostile.py", "stream.py"))
+    ] or frames
     f = ours[-1]
     return f"{type(exc).__name__} at {f.filename.split('mnemo_mpc/')[-1]}:{f.lineno} ({f.name}): {str(exc)[:200]}"
 
@@ -967,7 +771,7 @@ def run_fuzz(
     from mnemo_mpc.ros.adapter import NavAdapter
 
     params = params or NavParams()
-    scenario = Scenario(cfg, params)
+    scenario = HostileScenario(cfg, params)
     adapter = adapter or NavAdapter(params, scenario.factory.types)
     report = FuzzReport(rate_hz=params.control_rate_hz)
     monitor = Monitor(params, report)
@@ -1001,7 +805,7 @@ def progress_by_ticks(cfg: FuzzConfig) -> bool:
 def _drive(
     cfg: FuzzConfig,
     params: NavParams,
-    scenario: Scenario,
+    scenario: HostileScenario,
     adapter: Any,
     report: FuzzReport,
     monitor: Monitor,
