@@ -85,9 +85,9 @@ def _tiny_run(name: str, tmp_path, monkeypatch, **overrides) -> dict:
 
 
 def _tiny_train(steps: int = 8, batch: int = 64):
-    from mnemo_mpc.icl.train import TrainConfig
+    from mnemo_mpc.icl.train import ICLTrainConfig
 
-    return TrainConfig(steps=steps, batch_size=batch, lr_halve_every=0, progress=False)
+    return ICLTrainConfig(steps=steps, batch_size=batch, lr_halve_every=0, progress=False)
 
 
 def test_nag_mgd_tiny_run(tmp_path, monkeypatch):
@@ -135,7 +135,7 @@ def test_lfom_learnable_tiny_run(tmp_path, monkeypatch):
 
 
 def test_moe_ood_tiny_run(tmp_path, monkeypatch):
-    from mnemo_mpc.icl.train import TrainConfig
+    from mnemo_mpc.icl.train import ICLTrainConfig
 
     res = _tiny_run(
         "moe_ood",
@@ -145,7 +145,7 @@ def test_moe_ood_tiny_run(tmp_path, monkeypatch):
         layers=2,
         test_variances=(0.5, 3.0),
         train=_tiny_train(),
-        gate_train=TrainConfig(steps=4, batch_size=64, lr=0.1, lr_halve_every=0, clip=0.0, progress=False),
+        gate_train=ICLTrainConfig(steps=4, batch_size=64, lr=0.1, lr_halve_every=0, clip=0.0, progress=False),
         test_size=100,
     )
     assert set(res["numbers"]["unseen_variance"]) == {"0.5", "3"}

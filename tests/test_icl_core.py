@@ -24,7 +24,7 @@ from mnemo_mpc.icl.linear_transformer import (
     query_prediction,
 )
 from mnemo_mpc.icl.memformer import CGDMemformer, LFOMMemformer
-from mnemo_mpc.icl.train import TrainConfig, clip_per_matrix_, heldout_loss, train
+from mnemo_mpc.icl.train import ICLTrainConfig, clip_per_matrix_, heldout_loss, train
 
 F64 = torch.float64
 TOL = 1e-8
@@ -219,7 +219,7 @@ def test_bad_inputs_raise_input_error():
     with pytest.raises(InputError, match="objective"):
         C.conjugate_gradient(torch.zeros(1, 2, 3), torch.zeros(1, 3), 1, objective="max")
     with pytest.raises(InputError, match="batch_size"):
-        TrainConfig(batch_size=0)
+        ICLTrainConfig(batch_size=0)
     mem = LFOMMemformer(5, 20, 2)
     with pytest.raises(InputError, match="n=20"):
         mem(torch.zeros(3, 6, 11))
@@ -243,7 +243,7 @@ def test_training_reduces_in_context_loss():
     test = task.sample(500, seed_generator(1))
     model = LinearTransformer(5, 1)
     before = heldout_loss(model, test)
-    res = train(model, task, TrainConfig(steps=150, batch_size=200, lr=0.05, progress=False), seed_generator(2))
+    res = train(model, task, ICLTrainConfig(steps=150, batch_size=200, lr=0.05, progress=False), seed_generator(2))
     after = heldout_loss(model, test)
     assert after < 0.6 * before and res.steps[0] == 0 and len(res.losses) == 3
     with torch.no_grad():

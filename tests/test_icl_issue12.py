@@ -24,7 +24,7 @@ from mnemo_mpc.icl.data import (
 from mnemo_mpc.icl.learnable_lfom import LearnableLFOM
 from mnemo_mpc.icl.linear_transformer import LinearTransformer
 from mnemo_mpc.icl.memformer import CGDMemformer, LFOMMemformer
-from mnemo_mpc.icl.train import TrainConfig, heldout_loss, train, train_per_depth
+from mnemo_mpc.icl.train import ICLTrainConfig, heldout_loss, train, train_per_depth
 
 F64 = torch.float64
 STUDIES_WITH_SIGMA = ("memformer_cgd", "memformer_lfom", "memformer_gdpp", "nag_mgd", "heads", "ahn_theorem3")
@@ -65,7 +65,7 @@ def test_studies_draw_the_same_sigma():
 def test_train_callback_sees_every_step_and_the_end():
     task = LinearRegressionTask.from_config(DataConfig(), seed_generator(0), torch.float32)
     seen = []
-    cfg = TrainConfig(steps=7, batch_size=32, lr_halve_every=0, progress=False)
+    cfg = ICLTrainConfig(steps=7, batch_size=32, lr_halve_every=0, progress=False)
     res = train(LinearTransformer(5, 1), task, cfg, seed_generator(1), callback=lambda k, m: seen.append(k))
     assert seen == [0, 1, 2, 3, 4, 5, 6, 7] and res.steps_done == 7 and res.stopped_by == "steps"
 
@@ -73,7 +73,7 @@ def test_train_callback_sees_every_step_and_the_end():
 def test_plateau_criterion_stops_and_keeps_the_best_validation_parameters():
     task = LinearRegressionTask.from_config(DataConfig(), seed_generator(0), torch.float32)
     val = task.sample(500, seed_generator(5))
-    cfg = TrainConfig(
+    cfg = ICLTrainConfig(
         steps=5000,
         batch_size=200,
         plateau_every=20,
@@ -90,7 +90,7 @@ def test_plateau_criterion_stops_and_keeps_the_best_validation_parameters():
     assert math.log(heldout_loss(model, val)) == pytest.approx(res.best_val_log_loss, abs=1e-6)
     assert res.best_val_log_loss == min(res.val_log_losses)
     with pytest.raises(InputError, match="plateau"):
-        TrainConfig(plateau_every=-1)
+        ICLTrainConfig(plateau_every=-1)
 
 
 def _probe():
@@ -143,7 +143,7 @@ def test_run_time_guard_repairs_an_untrained_richer_model():
     """A richer model left untrained (2 steps) is worse than its trained special case; the guard retrains it from the
     special case and it ends no worse than NESTED_TOL above it on the validation prompts."""
     sd = common.seed_data(DataConfig(), 0, "cpu", "float32", 300)
-    good = TrainConfig(steps=300, batch_size=200, lr_halve_every=100, progress=False)
+    good = ICLTrainConfig(steps=300, batch_size=200, lr_halve_every=100, progress=False)
     special = train_per_depth(
         lambda L: LinearTransformer(5, L, scalar_preconditioner=True), 2, sd.task, good, 0, sd.test, val_batch=sd.val
     )

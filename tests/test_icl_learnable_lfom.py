@@ -10,7 +10,7 @@ from mnemo_mpc.icl.classical import momentum_gd
 from mnemo_mpc.icl.data import DataConfig, LinearRegressionTask, seed_generator
 from mnemo_mpc.icl.learnable_lfom import LearnableLFOM, lfom_parameter_count, momentum_gammas, split_prompt
 from mnemo_mpc.icl.linear_transformer import in_context_loss
-from mnemo_mpc.icl.train import TrainConfig, train
+from mnemo_mpc.icl.train import ICLTrainConfig, train
 
 
 def _batch(batch: int = 16, seed: int = 0, dtype=torch.float64):
@@ -91,7 +91,7 @@ def test_core_trainer_lowers_in_context_loss():
     model = LearnableLFOM(5, 3, kind="diagonal")
     with torch.no_grad():
         before = float(in_context_loss(model(test.Z0), test.y_query))
-    cfg = TrainConfig(steps=150, batch_size=200, lr=0.01, progress=False)
+    cfg = ICLTrainConfig(steps=150, batch_size=200, lr=0.01, progress=False)
     train(model, task, cfg, seed_generator(4))
     with torch.no_grad():
         after = float(in_context_loss(model(test.Z0), test.y_query))

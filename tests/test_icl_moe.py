@@ -11,7 +11,7 @@ from mnemo_mpc.icl.data import DataConfig, make_covariance, seed_generator
 from mnemo_mpc.icl.linear_transformer import LinearTransformer, in_context_loss, linear_attention
 from mnemo_mpc.icl.memformer import CGDMemformer, LFOMMemformer
 from mnemo_mpc.icl.moe import GaussianComponent, MoEMemformer, PromptGate, mixture_task
-from mnemo_mpc.icl.train import TrainConfig, train
+from mnemo_mpc.icl.train import ICLTrainConfig, train
 
 D, N, L = 4, 9, 3
 F64 = torch.float64
@@ -118,7 +118,7 @@ def test_prompt_gate_learns_to_route_components():
     test = task.sample(2000, seed_generator(5))
     with torch.no_grad():
         uniform = float(in_context_loss(moe(test.Z0), test.y_query))
-    cfg = TrainConfig(steps=300, batch_size=500, lr=0.05, clip=0.0, dtype="float64", progress=False)
+    cfg = ICLTrainConfig(steps=300, batch_size=500, lr=0.05, clip=0.0, dtype="float64", progress=False)
     train(moe, task, cfg, seed_generator(6), params=list(moe.gate.parameters()))
     with torch.no_grad():
         routed = float(in_context_loss(moe(test.Z0), test.y_query))

@@ -41,12 +41,12 @@ def store(tmp_path_factory):
 
 
 def train_cfg(store, **kw):
-    from mnemo_mpc.warmstart.train import TrainConfig
+    from mnemo_mpc.warmstart.train import WarmStartTrainConfig
 
     model = ViTConfig(**TINY)
     base = dict(data=str(store), epochs=3, batch_size=16, lr=3e-3, val_fraction=0.25, threads=1, model=model)
     base.update(kw)
-    return TrainConfig(**base)
+    return WarmStartTrainConfig(**base)
 
 
 @pytest.mark.parametrize("attention", ATTENTIONS)

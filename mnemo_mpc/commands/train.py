@@ -62,10 +62,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=handler)
 
 
-def config_from_args(args: argparse.Namespace):  # noqa: ANN201 (TrainConfig, imported lazily)
+def config_from_args(args: argparse.Namespace):  # noqa: ANN201 (WarmStartTrainConfig, imported lazily)
     from mnemo_mpc.warmstart.inputs import InputSpec
     from mnemo_mpc.warmstart.model import ViTConfig
-    from mnemo_mpc.warmstart.train import TrainConfig
+    from mnemo_mpc.warmstart.train import WarmStartTrainConfig
 
     model = ViTConfig(
         inputs=InputSpec(size=args.crop, resolution=args.crop_resolution),
@@ -76,7 +76,7 @@ def config_from_args(args: argparse.Namespace):  # noqa: ANN201 (TrainConfig, im
         attention=args.attention,
         num_features=args.num_features,
     )
-    return TrainConfig(
+    return WarmStartTrainConfig(
         data=args.data,
         epochs=args.epochs,
         batch_size=args.batch_size,

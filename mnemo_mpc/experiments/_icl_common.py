@@ -24,7 +24,7 @@ import torch
 from mnemo_mpc.errors import InputError
 from mnemo_mpc.icl import classical
 from mnemo_mpc.icl.data import DataConfig, ICLBatch, LinearRegressionTask, make_covariance, seed_generator
-from mnemo_mpc.icl.train import DTYPES, DepthRun, TrainConfig, heldout_loss, train, train_per_depth
+from mnemo_mpc.icl.train import DTYPES, DepthRun, ICLTrainConfig, heldout_loss, train, train_per_depth
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ NESTED_TOL = 0.05
 COMPARABLE_TOL = 0.5
 
 
-def full_train() -> TrainConfig:
+def full_train() -> ICLTrainConfig:
     """The §3.3 protocol (batch 1000 resampled every 100 steps, per-matrix clipping 0.01, Adam, A_ℓ i.i.d. Gaussian
     at start) trained to a plateau, since the paper gives no step count. Criterion (`mnemo_mpc.icl.train`): every
     500 steps the log-loss of 1000 validation prompts is measured; 2 checks in a row without a 0.01-nat gain over
@@ -53,12 +53,12 @@ def full_train() -> TrainConfig:
     measured the 4000-step protocol leaving the general-A LFOM Memformer ~1 nat worse than its A = aI special case
     on isotropic data — general A_ℓ has d² entries per layer, and Adam's jitter at lr 0.01 keeps it above its
     optimum until the rate drops."""
-    return TrainConfig(steps=30_000, plateau_every=500, plateau_tol=0.01, plateau_patience=2, plateau_stalls=4)
+    return ICLTrainConfig(steps=30_000, plateau_every=500, plateau_tol=0.01, plateau_patience=2, plateau_stalls=4)
 
 
-def quick_train() -> TrainConfig:
+def quick_train() -> ICLTrainConfig:
     """CI-sized: same code path, 300 steps, batch 500."""
-    return TrainConfig(steps=300, batch_size=500, lr=0.03, lr_halve_every=100, progress=False)
+    return ICLTrainConfig(steps=300, batch_size=500, lr=0.03, lr_halve_every=100, progress=False)
 
 
 def fmt_list(values: Iterable[float]) -> str:
@@ -147,7 +147,7 @@ def log_list(losses: Iterable[float]) -> list[float]:
 def fit_log_losses(
     build: Callable[[int], torch.nn.Module],
     sd: SeedData,
-    train_cfg: TrainConfig,
+    train_cfg: ICLTrainConfig,
     max_layers: int,
     desc: str,
     fixed_batch: ICLBatch | None = None,
@@ -160,7 +160,7 @@ def fit_log_losses(
 def fit_depths(
     build: Callable[[int], torch.nn.Module],
     sd: SeedData,
-    train_cfg: TrainConfig,
+    train_cfg: ICLTrainConfig,
     max_layers: int,
     desc: str,
     fixed_batch: ICLBatch | None = None,
@@ -184,7 +184,7 @@ def cgd_and_fitted_log_losses(
     data: DataConfig,
     seed: int,
     device: str,
-    train_cfg: TrainConfig,
+    train_cfg: ICLTrainConfig,
     max_layers: int,
     test_size: int,
     builds: dict[str, Callable[[int], torch.nn.Module]],
@@ -222,7 +222,7 @@ def guard_nested(
     specials: list[DepthRun],
     build: Callable[[int], torch.nn.Module],
     sd: SeedData,
-    train_cfg: TrainConfig,
+    train_cfg: ICLTrainConfig,
     desc: str,
 ) -> dict[str, Any]:
     """Run-time nested-model guard, in place on `richer`: at each depth whose validation log-loss exceeds the best

@@ -31,7 +31,7 @@ from mnemo_mpc.experiments import _icl_common as common
 from mnemo_mpc.experiments.runner import RunContext, Summary
 from mnemo_mpc.icl.data import DataConfig, LinearRegressionTask, seed_generator, sqrt_psd
 from mnemo_mpc.icl.linear_transformer import LinearTransformer, in_context_loss
-from mnemo_mpc.icl.train import TrainConfig, train
+from mnemo_mpc.icl.train import ICLTrainConfig, train
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class Config:
     # App. D: "minibatches of size 20,000, resampled every 100 steps, and gradients were clipped to 0.01"; the step
     # count and learning-rate schedule are not given, so they are the other §3.3 studies' (`_icl_common.full_train`,
     # trained to its plateau criterion).
-    train: TrainConfig = field(
+    train: ICLTrainConfig = field(
         default_factory=lambda: dataclasses.replace(common.full_train(), batch_size=20000, progress=False)
     )
     # "A_0, A_1, A_2 initialized as i.i.d. Gaussian matrices": scale unstated; the core's §3.3 value (Dist is
@@ -67,7 +67,7 @@ class Config:
 def quick_config() -> Config:
     return Config(
         seeds=2,
-        train=TrainConfig(steps=600, batch_size=1000, lr_halve_every=200, progress=False),
+        train=ICLTrainConfig(steps=600, batch_size=1000, lr_halve_every=200, progress=False),
         record_every=50,
         test_batch=2000,
     )

@@ -21,7 +21,7 @@ from mnemo_mpc.experiments import _icl_common as common
 from mnemo_mpc.experiments.runner import RunContext, Summary
 from mnemo_mpc.icl.data import DataConfig, ICLBatch, seed_generator
 from mnemo_mpc.icl.memformer import LFOMMemformer
-from mnemo_mpc.icl.train import DTYPES, TrainConfig, heldout_loss, train_per_depth
+from mnemo_mpc.icl.train import DTYPES, ICLTrainConfig, heldout_loss, train_per_depth
 
 TITLE = "Small-batch LFOM Memformer vs CGD"
 PAPER = "seed 000 §4, Fig. 4 (B = 1, 10; 1000 for contrast)"
@@ -42,7 +42,7 @@ class Config:
     max_layers: int = 4
     batch_sizes: tuple[int, ...] = (1, 10, 1000)
     data: DataConfig = field(default_factory=DataConfig)
-    train: TrainConfig = field(default_factory=lambda: common.full_train())
+    train: ICLTrainConfig = field(default_factory=lambda: common.full_train())
     test_size: int = 1000
 
 

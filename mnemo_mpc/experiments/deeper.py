@@ -27,7 +27,7 @@ from mnemo_mpc.experiments.runner import RunContext, Summary
 from mnemo_mpc.icl.data import DataConfig, tiled_spectrum
 from mnemo_mpc.icl.linear_transformer import LinearTransformer
 from mnemo_mpc.icl.memformer import LFOMMemformer
-from mnemo_mpc.icl.train import TrainConfig
+from mnemo_mpc.icl.train import ICLTrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class Config:
     seeds: int = 5
     n: int = 20
     settings: tuple[Setting, ...] = (Setting(5, 5, 4), Setting(10, 7, 6))
-    train: TrainConfig = field(default_factory=lambda: common.full_train())
+    train: ICLTrainConfig = field(default_factory=lambda: common.full_train())
     test_size: int = 1000
 
 

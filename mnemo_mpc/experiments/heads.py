@@ -19,7 +19,7 @@ from mnemo_mpc.experiments import _icl_common as common
 from mnemo_mpc.experiments.runner import RunContext, Summary
 from mnemo_mpc.icl.data import DataConfig
 from mnemo_mpc.icl.memformer import LFOMMemformer
-from mnemo_mpc.icl.train import TrainConfig
+from mnemo_mpc.icl.train import ICLTrainConfig
 
 TITLE = "LFOM Memformer with 1 vs 5 heads"
 PAPER = "seed 000 §5, Fig. 5"
@@ -38,7 +38,7 @@ class Config:
     max_layers: int = 4
     heads: tuple[int, ...] = (1, 5)
     data: DataConfig = field(default_factory=DataConfig)
-    train: TrainConfig = field(default_factory=lambda: common.full_train())
+    train: ICLTrainConfig = field(default_factory=lambda: common.full_train())
     test_size: int = 1000
 
 

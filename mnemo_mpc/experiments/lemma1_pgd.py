@@ -20,7 +20,7 @@ from mnemo_mpc.experiments.runner import RunContext, Summary
 from mnemo_mpc.icl import classical
 from mnemo_mpc.icl.data import DataConfig, seed_generator
 from mnemo_mpc.icl.linear_transformer import LinearTransformer, linear_attention, query_prediction
-from mnemo_mpc.icl.train import TrainConfig, heldout_loss, train_per_depth
+from mnemo_mpc.icl.train import ICLTrainConfig, heldout_loss, train_per_depth
 
 TITLE = "Linear transformer = preconditioned GD (Lemma 1)"
 PAPER = "seed 000 Lemma 1 (Eq. 9-12), App. A.1"
@@ -38,7 +38,7 @@ class Config:
     seeds: int = 5
     max_layers: int = 4
     data: DataConfig = field(default_factory=DataConfig)
-    train: TrainConfig = field(default_factory=lambda: common.full_train())
+    train: ICLTrainConfig = field(default_factory=lambda: common.full_train())
     test_size: int = 1000
 
 

@@ -30,7 +30,7 @@ from mnemo_mpc.experiments.runner import RunContext, Summary
 from mnemo_mpc.icl.data import DataConfig, seed_generator
 from mnemo_mpc.icl.learnable_lfom import LearnableLFOM, lfom_parameter_count
 from mnemo_mpc.icl.memformer import LFOMMemformer
-from mnemo_mpc.icl.train import TrainConfig, heldout_loss, train
+from mnemo_mpc.icl.train import ICLTrainConfig, heldout_loss, train
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class Config:
     seeds: int = 5
     max_layers: int = 4
     data: DataConfig = field(default_factory=DataConfig)
-    train: TrainConfig = field(default_factory=lambda: common.full_train())
+    train: ICLTrainConfig = field(default_factory=lambda: common.full_train())
     test_size: int = 1000
     init_step: float = 0.1  # the learned LFOM starts as GD with this step on Eq. 12
     # N of Thm 5.1's fixed training sets (the paper gives none); a fixed set of N prompts costs N/1000 batches a step

@@ -20,7 +20,7 @@ from mnemo_mpc.experiments.runner import RunContext, Summary
 from mnemo_mpc.icl.data import DataConfig
 from mnemo_mpc.icl.linear_transformer import LinearTransformer
 from mnemo_mpc.icl.memformer import CGDMemformer
-from mnemo_mpc.icl.train import TrainConfig
+from mnemo_mpc.icl.train import ICLTrainConfig
 
 TITLE = "CGD-like Memformer vs CGD and linear transformer"
 PAPER = "seed 000 §3.1/§3.3, Fig. 1a/1b (Eq. 17-18)"
@@ -44,7 +44,7 @@ class Config:
     seeds: int = 5
     max_layers: int = 4  # Fig. 1's x-axis: 1..4 layers/steps
     data: DataConfig = field(default_factory=DataConfig)
-    train: TrainConfig = field(default_factory=lambda: common.full_train())
+    train: ICLTrainConfig = field(default_factory=lambda: common.full_train())
     test_size: int = 1000
 
 

@@ -17,7 +17,7 @@ from mnemo_mpc.experiments.runner import RunContext, Summary
 from mnemo_mpc.icl.data import DataConfig
 from mnemo_mpc.icl.linear_transformer import LinearTransformer
 from mnemo_mpc.icl.memformer import LFOMMemformer
-from mnemo_mpc.icl.train import TrainConfig
+from mnemo_mpc.icl.train import ICLTrainConfig
 
 TITLE = "LFOM Memformer with GD++ on non-isotropic vs isotropic data"
 PAPER = "seed 000 §3.3, Fig. 3a/3b (Eq. 20 with B_ℓ ≠ 0)"
@@ -38,7 +38,7 @@ class Config:
     seeds: int = 5
     max_layers: int = 4
     data: DataConfig = field(default_factory=DataConfig)
-    train: TrainConfig = field(default_factory=lambda: common.full_train())
+    train: ICLTrainConfig = field(default_factory=lambda: common.full_train())
     test_size: int = 1000
 
 

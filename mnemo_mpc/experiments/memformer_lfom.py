@@ -20,7 +20,7 @@ from mnemo_mpc.experiments.runner import RunContext, Summary
 from mnemo_mpc.icl.data import DataConfig
 from mnemo_mpc.icl.linear_transformer import LinearTransformer
 from mnemo_mpc.icl.memformer import LFOMMemformer
-from mnemo_mpc.icl.train import TrainConfig
+from mnemo_mpc.icl.train import ICLTrainConfig
 
 TITLE = "LFOM Memformer on non-isotropic vs isotropic data"
 PAPER = "seed 000 §3.2/§3.3, Fig. 2a/2b (Eq. 19-20)"
@@ -49,7 +49,7 @@ class Config:
     seeds: int = 5
     max_layers: int = 4
     data: DataConfig = field(default_factory=DataConfig)  # non-isotropic; the isotropic variant sets isotropic=True
-    train: TrainConfig = field(default_factory=lambda: common.full_train())
+    train: ICLTrainConfig = field(default_factory=lambda: common.full_train())
     test_size: int = 1000
 
 

@@ -42,7 +42,7 @@ from mnemo_mpc.icl.data import DataConfig, seed_generator
 from mnemo_mpc.icl.linear_transformer import LinearTransformer
 from mnemo_mpc.icl.memformer import LFOMMemformer
 from mnemo_mpc.icl.moe import GaussianComponent, MoEMemformer, PromptGate, mixture_task
-from mnemo_mpc.icl.train import TrainConfig, layer_heldout_losses, train
+from mnemo_mpc.icl.train import ICLTrainConfig, layer_heldout_losses, train
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +78,9 @@ class Config:
         GaussianComponent(mean=1.0, variance=0.5, weight=0.3),
         GaussianComponent(mean=-1.0, variance=2.0, weight=0.2),
     )
-    train: TrainConfig = field(default_factory=lambda: common.full_train())
-    gate_train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(steps=500, lr=0.05, lr_halve_every=0, clip=0.0, progress=False)
+    train: ICLTrainConfig = field(default_factory=lambda: common.full_train())
+    gate_train: ICLTrainConfig = field(
+        default_factory=lambda: ICLTrainConfig(steps=500, lr=0.05, lr_halve_every=0, clip=0.0, progress=False)
     )
     test_size: int = 1000
 
@@ -96,13 +96,13 @@ def quick_config() -> Config:
     return Config(
         seeds=2,
         train=dataclasses.replace(common.quick_train(), steps=150, batch_size=300, lr_halve_every=50),
-        gate_train=TrainConfig(steps=60, batch_size=300, lr=0.1, lr_halve_every=0, clip=0.0, progress=False),
+        gate_train=ICLTrainConfig(steps=60, batch_size=300, lr=0.1, lr_halve_every=0, clip=0.0, progress=False),
         test_size=500,
     )
 
 
 def _fit(
-    model: torch.nn.Module, task, tcfg: TrainConfig, stream: int, params: str = "all", desc: str = ""
+    model: torch.nn.Module, task, tcfg: ICLTrainConfig, stream: int, params: str = "all", desc: str = ""
 ) -> torch.nn.Module:
     """Train `model` on `task` (core §3.3 loop). params: "all", "gate" (the MoE's gate only: the experts stay
     frozen), or "gate+gamma" (gate and the experts' Γ, Fig. 10's test-time training)."""

@@ -29,7 +29,7 @@ from mnemo_mpc.icl import classical
 from mnemo_mpc.icl.data import DataConfig, ICLBatch, LinearRegressionTask, seed_generator
 from mnemo_mpc.icl.linear_transformer import LinearTransformer
 from mnemo_mpc.icl.memformer import LFOMMemformer
-from mnemo_mpc.icl.train import TrainConfig
+from mnemo_mpc.icl.train import ICLTrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class Config:
     seeds: int = 5
     max_layers: int = 4
     data: DataConfig = field(default_factory=DataConfig)
-    train: TrainConfig = field(default_factory=lambda: common.full_train())
+    train: ICLTrainConfig = field(default_factory=lambda: common.full_train())
     test_size: int = 1000  # §4: the methods are compared on B = 1000 fresh prompts
     val_size: int = 1000  # for tuning the classical baselines' (η, β)
     objective: str = "sum"  # the gradient App. B's η values refer to (see mnemo_mpc.icl.classical)

@@ -3,7 +3,7 @@
 "We optimize the function f (8) … using the ADAM optimizer. The matrices A_ℓ are initialized with i.i.d. Gaussian
 entries. Each gradient step is computed using a batch of size 1000, and we resample the batch every 100 steps. We
 clip the gradient of each matrix to have a maximum norm of 0.01. All plots are averaged over five runs, each with a
-different randomly sampled U." The paper gives no step count or learning rate; `TrainConfig`'s defaults for those
+different randomly sampled U." The paper gives no step count or learning rate; `ICLTrainConfig`'s defaults for those
 (20 000 steps, lr 0.01 halved every 4 000 steps, Adam β = (0.99, 0.9)) are ours, chosen so that the 1-layer model
 reaches its optimum on this task, and recorded in every results.json.
 
@@ -11,7 +11,7 @@ A per-layer curve ("log(Loss) vs number of layers/steps", Fig. 1–5) is made of
 L = 1, 2, …, L_max layers (`train_per_depth`), not of the intermediate outputs of one deep model, whose early layers
 are never asked to predict.
 
-Plateau criterion (issue 12; `TrainConfig.plateau_every > 0`): a fixed-length run can stop short of the optimum, and
+Plateau criterion (issue 12; `ICLTrainConfig.plateau_every > 0`): a fixed-length run can stop short of the optimum, and
 then a richer model can end worse than a special case it contains. In plateau mode `steps` is only a cap: every
 `plateau_every` steps the held-out log-loss of a fixed validation batch (never the test batch) is measured; when its
 best value has not improved by `plateau_tol` nats for `plateau_patience` checks in a row, the learning rate is halved
@@ -42,7 +42,7 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 @dataclass
-class TrainConfig:
+class ICLTrainConfig:
     """§3.3's protocol. `resample_every = 0` trains on one fixed batch (§4's small-batch experiments)."""
 
     steps: int = 20000
@@ -66,11 +66,11 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.steps < 0 or self.batch_size < 1 or self.resample_every < 0:
             raise InputError(
-                f"TrainConfig: steps >= 0, batch_size >= 1, resample_every >= 0 expected; got steps={self.steps}, "
+                f"ICLTrainConfig: steps >= 0, batch_size >= 1, resample_every >= 0 expected; got steps={self.steps}, "
                 f"batch_size={self.batch_size}, resample_every={self.resample_every}"
             )
         if not self.lr > 0 or self.clip < 0:
-            raise InputError(f"TrainConfig: lr > 0 and clip >= 0 expected, got lr={self.lr}, clip={self.clip}")
+            raise InputError(f"ICLTrainConfig: lr > 0 and clip >= 0 expected, got lr={self.lr}, clip={self.clip}")
         if (
             self.plateau_every < 0
             or self.plateau_stalls < 1
@@ -79,12 +79,12 @@ class TrainConfig:
             or self.val_size < 1
         ):
             raise InputError(
-                "TrainConfig: plateau_every >= 0, plateau_stalls >= 1, plateau_patience >= 1, plateau_tol >= 0 and "
+                "ICLTrainConfig: plateau_every >= 0, plateau_stalls >= 1, plateau_patience >= 1, plateau_tol >= 0 and "
                 f"val_size >= 1 expected; got {self.plateau_every}, {self.plateau_stalls}, {self.plateau_patience}, "
                 f"{self.plateau_tol}, {self.val_size}"
             )
         if self.dtype not in DTYPES:
-            raise InputError(f"TrainConfig.dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+            raise InputError(f"ICLTrainConfig.dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -134,7 +134,7 @@ def _clip_groups(model: nn.Module, params: list[torch.Tensor]) -> list[tuple[tor
 def train(
     model: nn.Module,
     task: LinearRegressionTask,
-    cfg: TrainConfig,
+    cfg: ICLTrainConfig,
     generator: torch.Generator,
     params: list[torch.Tensor] | None = None,
     fixed_batch: ICLBatch | None = None,
@@ -284,7 +284,7 @@ def train_per_depth(
     build: Callable[[int], nn.Module],
     max_layers: int,
     task: LinearRegressionTask,
-    cfg: TrainConfig,
+    cfg: ICLTrainConfig,
     seed: int,
     test_batch: ICLBatch,
     fixed_batch: ICLBatch | None = None,
@@ -324,6 +324,6 @@ def train_per_depth(
     return out
 
 
-def with_steps(cfg: TrainConfig, steps: int) -> TrainConfig:
+def with_steps(cfg: ICLTrainConfig, steps: int) -> ICLTrainConfig:
     """A copy of `cfg` with a different step count (fine-tuning stages)."""
     return dataclasses.replace(cfg, steps=steps)

@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class WarmStartTrainConfig:
     data: str
     epochs: int = 30
     batch_size: int = 256
@@ -61,17 +61,17 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_size < 1 or not self.lr > 0:
-            raise InputError(f"TrainConfig: expected epochs >= 1, batch_size >= 1, lr > 0, got {self}")
+            raise InputError(f"WarmStartTrainConfig: expected epochs >= 1, batch_size >= 1, lr > 0, got {self}")
         if self.epoch_examples is not None and self.epoch_examples < self.batch_size:
-            raise InputError(f"TrainConfig.epoch_examples: expected >= batch_size, got {self.epoch_examples}")
+            raise InputError(f"WarmStartTrainConfig.epoch_examples: expected >= batch_size, got {self.epoch_examples}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise InputError(f"TrainConfig.device: expected auto, cpu or cuda[:i], got {self.device!r}")
+            raise InputError(f"WarmStartTrainConfig.device: expected auto, cpu or cuda[:i], got {self.device!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(asdict(self)))
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+    def from_dict(cls, d: dict[str, Any]) -> WarmStartTrainConfig:
         d = dict(d)
         d["model"] = ViTConfig.from_dict(d["model"])
         return cls(**d)
@@ -110,7 +110,7 @@ def _save(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
-def _schedule(cfg: TrainConfig, steps_per_epoch: int) -> Any:
+def _schedule(cfg: WarmStartTrainConfig, steps_per_epoch: int) -> Any:
     total = cfg.epochs * steps_per_epoch
     warm = max(1, int(cfg.warmup_epochs * steps_per_epoch))
 
@@ -170,7 +170,7 @@ def plot_history(history: list[dict[str, Any]], path: Path) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
-def _check_pack(cfg: TrainConfig, pack: Pack) -> None:
+def _check_pack(cfg: WarmStartTrainConfig, pack: Pack) -> None:
     """A pack fixes the world split and the crop: a configuration asking for another is an error, not another run."""
     split = {"val_fraction": cfg.val_fraction, "seed": cfg.seed, "max_train_worlds": cfg.max_train_worlds}
     for key, value in split.items():
@@ -184,7 +184,7 @@ def _check_pack(cfg: TrainConfig, pack: Pack) -> None:
         raise InputError(f"{cfg.data}: the pack holds inputs for {pack.spec}, the run asks {asked}")
 
 
-def train(cfg: TrainConfig, out: str | os.PathLike[str], progress: bool = True) -> dict[str, Any]:
+def train(cfg: WarmStartTrainConfig, out: str | os.PathLike[str], progress: bool = True) -> dict[str, Any]:
     """Train (or resume) into `out`; returns the final history entry and paths."""
     from tqdm import tqdm
 
@@ -368,7 +368,7 @@ def load_model(run_dir: str | os.PathLike[str], which: str = "best") -> tuple[Sp
         raise InputError(f"{run_dir}: no {path.name} (train first: mnemo-mpc train --data DIR --out {run_dir})")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
-        cfg = TrainConfig.from_dict(json.loads((Path(run_dir) / "config.json").read_text()))
+        cfg = WarmStartTrainConfig.from_dict(json.loads((Path(run_dir) / "config.json").read_text()))
     except Exception as exc:  # torch/pickle raise many kinds for a damaged file
         raise InputError(f"{path}: unreadable checkpoint ({type(exc).__name__}: {exc})") from exc
     model = SpatialMnemosyneViT(cfg.model)
