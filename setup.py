@@ -62,9 +62,16 @@ EXTRAS = {
 }
 # The test suite and the linters, and everything the tests import: every extra but `ros` (a sourced ROS install
 # provides rclpy; `make test` installs `.[dev,ros]`).
-EXTRAS["dev"] = ["pytest", "pytest-timeout", "ruff", "catkin_pkg", "colcon-core", "colcon-ros"] + sorted(
-    {req for name, reqs in EXTRAS.items() if name != "ros" for req in reqs}
-)
+# colcon-package-selection: `colcon build --packages-select mnemo_mpc` (README; tests/test_packaging.py runs it).
+EXTRAS["dev"] = [
+    "pytest",
+    "pytest-timeout",
+    "ruff",
+    "catkin_pkg",
+    "colcon-core",
+    "colcon-ros",
+    "colcon-package-selection",
+] + sorted({req for name, reqs in EXTRAS.items() if name != "ros" for req in reqs})
 
 
 setup(

@@ -154,14 +154,26 @@ def test_versions_agree():
 
 
 def test_colcon_build(tmp_path):
+    """The documented workspace build, `colcon build --packages-select mnemo_mpc` (README): the option comes from the
+    colcon-package-selection extension (the dev extra), and a second package in the workspace is left alone."""
     colcon = shutil.which("colcon", path=str(Path(sys.executable).parent)) or shutil.which("colcon")
     if colcon is None:
         pytest.skip("colcon-core is not installed (dev dependency)")
     source_copy(tmp_path / "src" / "mnemo_mpc")
-    proc = subprocess.run(
-        [colcon, "build", "--base-paths", "src"], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    other = tmp_path / "src" / "other_pkg"  # a workspace neighbour that --packages-select must not build
+    other.mkdir()
+    (other / "package.xml").write_text(
+        '<?xml version="1.0"?>\n<package format="3"><name>other_pkg</name><version>0.0.0</version>'
+        '<description>not selected</description><maintainer email="a@b.c">a</maintainer><license>none</license>'
+        "<export><build_type>ament_python</build_type></export></package>\n"
     )
+    (other / "setup.py").write_text('from setuptools import setup\n\nsetup(name="other_pkg", version="0.0.0")\n')
+    # The selection first: after `--base-paths` (nargs *) colcon without the extension took "--packages-select
+    # mnemo_mpc" for two more base paths, built both packages and exited 0.
+    argv = [colcon, "build", "--packages-select", "mnemo_mpc", "--base-paths", "src"]
+    proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not (tmp_path / "build" / "other_pkg").exists() and not (tmp_path / "install" / "other_pkg").exists()
     install = tmp_path / "install" / "mnemo_mpc"
     share = install / "share" / "mnemo_mpc"
     assert (install / "share" / "ament_index" / "resource_index" / "packages" / "mnemo_mpc").is_file()
