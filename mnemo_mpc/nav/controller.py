@@ -423,20 +423,14 @@ class Controller:
         max_iter: int | None,
         t0: float,
     ) -> ControlOutput:
-        """The velocity (v, w) the robot should have one step on, from `pose` and `velocity` (the start state)."""
+        """The velocity (v, w) the robot should have one step on, from `pose` and `velocity` (the start state), in
+        named stages: the goal's bookkeeping (`_track_goal`), the stop at the goal or after failing, the recoveries
+        (`_recovery_step`), the route (`_route`: path, sub-goal, reference), the rotation shim, the solve from the
+        chosen start (`_solve`) and the command from its result (`_command`)."""
         if global_path is not None and id(global_path) != self._given_path_id:
             self.set_global_path(global_path)
             self._given_path_id = id(global_path)
-
-        self._targets = None
-        self._goal_changed = self._goal is None or self._new_goal(goal, pose)
-        if self._goal_changed:
-            self._reset_recovery(goal)
-            self._own.clear_path()
-            self._rti_iterate = None
-            if self._prefetch is not None:
-                self._prefetch.clear()  # predicted for the old goal
-        self._goal = goal.copy()  # the same goal re-expressed (a localiser's frame update) moves with it
+        self._track_goal(goal, pose)
         now = self._clock
         self._clock += self.mpc_config.dt
         # Planned on from here: the grid with the room moving obstacles can cover marked (nav.moving_obstacles); the
@@ -462,7 +456,61 @@ class Controller:
         if recovered is not None:
             return recovered
 
-        subgoal, reference = goal, None
+        subgoal, reference = self._route(grid, pose, goal, own, now)
+        margin = self._step_margin(field_, grid.shape, reference)
+        if self._shim is not None:
+            turn = self._shim.target(self.mpc(grid.shape), field_, pose, velocity, reference, margin)
+            if turn is not None:
+                self._last_plan = None  # planned for the old heading: neither a start nor a fallback any more
+                command, flags = self.check_command(turn, velocity)
+                return ControlOutput(
+                    command,
+                    rotation_shim.STATUS,
+                    None,
+                    tuple(flags),
+                    subgoal=np.asarray(subgoal, dtype=float),
+                    reference=reference,
+                    time_s=time.perf_counter() - t0,
+                    field=field_,
+                )
+        context = WarmStartContext(field_, pose, velocity, np.asarray(subgoal, dtype=float), reference)
+        warm, source = self._warm_start(context)
+        plan, solve_error = self._solve(context, warm, source, margin, max_iter, now)
+        command, status, flags = self._command(plan, field_, pose, velocity, margin)
+        return ControlOutput(
+            command=command,
+            status=status,
+            plan=plan,
+            flags=tuple(flags),
+            subgoal=np.asarray(subgoal, dtype=float),
+            reference=reference,
+            warm_start_source=source,
+            solve_error=solve_error,
+            time_s=time.perf_counter() - t0,
+            field=field_,
+            warm_start=warm,
+        )
+
+    def _track_goal(self, goal: np.ndarray, pose: np.ndarray) -> None:
+        """A new goal (not this one re-expressed, `same_goal`) starts afresh: recoveries, own path, RTI iterate and
+        the prefetched start were all for the old one."""
+        self._targets = None
+        self._goal_changed = self._goal is None or self._new_goal(goal, pose)
+        if self._goal_changed:
+            self._reset_recovery(goal)
+            self._own.clear_path()
+            self._rti_iterate = None
+            if self._prefetch is not None:
+                self._prefetch.clear()  # predicted for the old goal
+        self._goal = goal.copy()  # the same goal re-expressed (a localiser's frame update) moves with it
+
+    def _route(
+        self, grid: OccupancyGrid, pose: np.ndarray, goal: np.ndarray, own: bool, now: float
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """(sub-goal, reference) for this step: along the given path, or the own path planned on what was seen
+        (`own`), or straight to the goal when nothing seen lies in the way; the progress along the path moves on and
+        the targets as a function of the pose (`_targets_at`, for the prefetch) are kept."""
+        cfg = self.config
         path, straight = self._path, False
         if own:
             if self._own.seen.segment_clear(pose, goal, self.robot.radius):
@@ -487,37 +535,29 @@ class Controller:
             else:
                 self._progress = progress
         self._targets = self._targets_at(grid, goal, path, progress, straight)
+        return subgoal, reference
 
-        margin = self._step_margin(field_, grid.shape, reference)
-        if self._shim is not None:
-            turn = self._shim.target(self.mpc(grid.shape), field_, pose, velocity, reference, margin)
-            if turn is not None:
-                self._last_plan = None  # planned for the old heading: neither a start nor a fallback any more
-                command, flags = self.check_command(turn, velocity)
-                return ControlOutput(
-                    command,
-                    rotation_shim.STATUS,
-                    None,
-                    tuple(flags),
-                    subgoal=np.asarray(subgoal, dtype=float),
-                    reference=reference,
-                    time_s=time.perf_counter() - t0,
-                    field=field_,
-                )
-        context = WarmStartContext(field_, pose, velocity, np.asarray(subgoal, dtype=float), reference)
-        warm, source = self._warm_start(context)
-        rti = cfg.sqp_mode == "rti"
+    def _solve(
+        self,
+        context: WarmStartContext,
+        warm: WarmStart | None,
+        source: str,
+        margin: float,
+        max_iter: int | None,
+        now: float,
+    ) -> tuple[PlanResult | None, str | None]:
+        """The SQP from the chosen start (one iteration in RTI, without the fallback solver); (plan, error) where a
+        start in collision starts the blocked clock and an infeasible problem is logged."""
+        rti = self.config.sqp_mode == "rti"
         if rti and max_iter is None:
             max_iter = 1
-        plan: PlanResult | None = None
-        solve_error = None
         try:
-            plan = self.mpc(grid.shape).solve(
-                field_,
-                pose,
-                velocity,
-                subgoal,
-                reference=reference,
+            plan = self.mpc(context.field.shape).solve(
+                context.field,
+                context.pose,
+                context.velocity,
+                context.subgoal,
+                reference=context.reference,
                 warm_start=warm,
                 max_iter=max_iter,
                 start_label=source,
@@ -525,17 +565,29 @@ class Controller:
                 use_fallback=not rti,
             )
         except StartInCollisionError as exc:
-            solve_error = str(exc)
             if self._blocked_since is None:
                 self._blocked_since = now
-                log.warning("start blocked: %s; recoveries in %.1f s", exc, cfg.blocked_recovery_s)
+                log.warning("start blocked: %s; recoveries in %.1f s", exc, self.config.blocked_recovery_s)
+            return None, str(exc)
         except InfeasibleProblemError as exc:  # the start passed its check: the goal is the problem
-            solve_error = str(exc)
             self._blocked_since = None
             log.warning("MPC problem infeasible: %s", exc)
-        else:
-            self._blocked_since = None  # a start out of collision ends a blocked spell
+            return None, str(exc)
+        self._blocked_since = None  # a start out of collision ends a blocked spell
+        return plan, None
 
+    def _command(
+        self,
+        plan: PlanResult | None,
+        field_: DistanceField,
+        pose: np.ndarray,
+        velocity: np.ndarray,
+        margin: float,
+    ) -> tuple[np.ndarray, str, list[str]]:
+        """(command, status, flags) from the solve: its first control when it converged; in RTI, an unconverged
+        iterate whose horizon keeps the footprint clear; else a fallback (`_fallback`), and a refused RTI iterate is
+        kept for the next tick to go on from. The command is then made finite and within the limits."""
+        rti = self.config.sqp_mode == "rti"
         flags: list[str] = ["moving_obstacle"] if self._moving is not None and self._moving.last_detections else []
         self._rti_iterate = None
         if plan is not None and plan.success:
@@ -563,19 +615,7 @@ class Controller:
         flags.extend(clip_flags)
         if status != "planned":
             self._plan_age += 1
-        return ControlOutput(
-            command=command,
-            status=status,
-            plan=plan,
-            flags=tuple(flags),
-            subgoal=np.asarray(subgoal, dtype=float),
-            reference=reference,
-            warm_start_source=source,
-            solve_error=solve_error,
-            time_s=time.perf_counter() - t0,
-            field=field_,
-            warm_start=warm,
-        )
+        return command, status, flags
 
     def check_command(self, command: np.ndarray, velocity: np.ndarray) -> tuple[np.ndarray, list[str]]:
         """Make `command` finite and within the velocity and acceleration limits; return it with flags."""
