@@ -104,10 +104,6 @@ def seed(text: str) -> int:
     return value
 
 
-def finite_float(text: str) -> float:
-    return _float(text, "a finite number")
-
-
 def positive_float(text: str) -> float:
     value = _float(text, "a finite number > 0")
     if value <= 0:

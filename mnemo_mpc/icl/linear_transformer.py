@@ -32,13 +32,6 @@ Parameterization = Literal["pgd", "gdpp", "full"]
 PARAMETERIZATIONS: tuple[str, ...] = ("pgd", "gdpp", "full")
 
 
-def attention_mask(n: int, dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu") -> torch.Tensor:
-    """M = [[I_n, 0], [0, 0]] ∈ R^{(n+1)×(n+1)} (Eq. 4)."""
-    m = torch.eye(n + 1, dtype=dtype, device=device)
-    m[n, n] = 0
-    return m
-
-
 def linear_attention(Z: torch.Tensor, P: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
     """Attn_{P,Q}(Z) = P Z M (Zᵀ Q Z) (Eq. 5), summed over heads.
 

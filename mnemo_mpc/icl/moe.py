@@ -103,9 +103,6 @@ class MoEMemformer(nn.Module):
         self.heads = len(experts)
         self.gate = gate if gate is not None else PromptGate(self.d, self.heads)
 
-    def expert_parameters(self) -> list[nn.Parameter]:
-        return [p for e in self.experts for p in e.parameters()]
-
     def gamma_parameters(self) -> list[nn.Parameter]:
         """The experts' memory weights Gamma_j^h (what §4.2 / Fig. 10 also adapts at test time)."""
         return [e.Gamma for e in self.experts if isinstance(e, LFOMMemformer)]

@@ -22,7 +22,6 @@ validation loss are kept.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import time
@@ -322,8 +321,3 @@ def train_per_depth(
         out.train_results.append(res)
         out.models.append(model)
     return out
-
-
-def with_steps(cfg: ICLTrainConfig, steps: int) -> ICLTrainConfig:
-    """A copy of `cfg` with a different step count (fine-tuning stages)."""
-    return dataclasses.replace(cfg, steps=steps)

@@ -340,11 +340,6 @@ class Controller:
         """The path the controller planned itself (no global path given), or None."""
         return self._own.path
 
-    @property
-    def own_path_plan_time_s(self) -> float:
-        """Wall time of the last own-path planning (seen-map grid, ESDF, search)."""
-        return self._own.plan_time_s
-
     def set_global_path(self, path: np.ndarray | None) -> None:
         """Track `path` (M, 2|3) from now on (None: plan straight to the goal)."""
         if path is not None:

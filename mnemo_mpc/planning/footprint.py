@@ -256,12 +256,6 @@ class Footprint:
         dist = np.linalg.norm(q[:, None, :] - d[None, :, :2], axis=2)
         return np.any(dist <= d[None, :, 2] + 1e-12, axis=1)
 
-    def nav2_string(self) -> str:
-        """The polygon as Nav2 writes it: "[[x, y], ...]" (a circle has none: Nav2 uses robot_radius)."""
-        if self.is_circle:
-            raise InputError("footprint: a circle has no polygon string; use robot_radius")
-        return "[" + ", ".join(f"[{x:g}, {y:g}]" for x, y in self.vertices) + "]"
-
 
 def to_world(local: Any, pose: Any) -> np.ndarray:
     """Robot-frame points (N, 2) to the world at pose (x, y, yaw)."""

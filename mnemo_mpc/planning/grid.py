@@ -134,16 +134,6 @@ class OccupancyGrid:
             )
         return cls(flat.reshape(int(height), int(width)), resolution, origin, **thresholds)
 
-    def to_msg_arrays(self) -> dict:
-        """The nav_msgs/OccupancyGrid info + data fields (origin as x, y, yaw)."""
-        return {
-            "width": self.shape[1],
-            "height": self.shape[0],
-            "resolution": self.resolution,
-            "origin": self.origin,
-            "data": self.data.reshape(-1).copy(),
-        }
-
     # --- local windows (added for the MPC, whose NLP is built for one fixed grid shape) -----------------------------
     def window(self, center_xy: np.ndarray, shape: tuple[int, int]) -> OccupancyGrid:
         """A (H, W) = `shape` sub-grid aligned with this one and centred (to the nearest cell) on `center_xy`.

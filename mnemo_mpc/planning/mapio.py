@@ -231,19 +231,6 @@ class _Image:
         return arr, alpha
 
 
-def read_image(
-    path: str | os.PathLike[str],
-    *,
-    max_image_bytes: int | None = None,
-    max_pixels: int | None = None,
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """(values 0..255 as float (H, W), alpha 0..255 or None). PGM (P2/P5, 8 or 16 bit) is parsed here; other
-    formats go through Pillow. Same checks and caps as `load_map`."""
-    max_bytes, max_px = map_limits(max_image_bytes, max_pixels)
-    image = _decode_image(Path(path), max_bytes, max_px)
-    return image.block(0, image.shape[0])
-
-
 def _decode_image(path: Path, max_bytes: int, max_pixels: int) -> _Image:
     raw = read_regular_file(path, max_bytes, "map image", MapFormatError, f" ({MAX_IMAGE_BYTES_ENV} raises it)")
     if raw[:2] in (b"P2", b"P5"):

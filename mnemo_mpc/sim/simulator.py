@@ -331,11 +331,6 @@ class Simulator:
         """A fresh scan at the current (true) pose (draws noise; does not touch the local grid)."""
         return self.lidar.scan(self.robot.pose(), exclude_body=self.robot.body)
 
-    def in_contact(self) -> bool:
-        """Whether the chassis touches any world body, static or moving, now (contact points from the last collision
-        pass)."""
-        return self.contact_cause(np.zeros(2)) is not None
-
     def contact_cause(self, robot_velocity: np.ndarray) -> str | None:
         """None when the chassis touches nothing now; else "robot" or "obstacle" for a robot moving at
         `robot_velocity` (vx, vy in the map frame), by the rule in the module docstring."""

@@ -287,11 +287,6 @@ def clearance_map(grid: OccupancyGrid, unknown_is_obstacle: bool = True) -> np.n
     return np.maximum(d - 0.5, 0.0) * grid.resolution
 
 
-def traversable_mask(grid: OccupancyGrid, inflation_m: float, unknown_is_obstacle: bool = True) -> np.ndarray:
-    """Cells where the robot centre may be: clearance strictly greater than footprint radius + margin."""
-    return clearance_map(grid, unknown_is_obstacle) > inflation_m
-
-
 def validate_world(
     grid: OccupancyGrid,
     start: np.ndarray,
