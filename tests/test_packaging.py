@@ -17,7 +17,14 @@ ROOT = Path(__file__).resolve().parents[1]
 # Modules whose top-level package is a ROS package (an exec_depend), as opposed to Python libraries.
 ROS_SOURCES = [*sorted((ROOT / "mnemo_mpc" / "ros").glob("*.py")), ROOT / "launch" / "nav.launch.py"]
 ROS_SOURCES.append(ROOT / "mnemo_mpc" / "resources.py")
-SIM_DATA = ("urdf/diff_drive.urdf", "worlds/open_45.yaml", "worlds/open_45.pgm", "scenarios/sample_worlds.json")
+SIM_DATA = (
+    "urdf/diff_drive.urdf",
+    "worlds/open_45.yaml",
+    "worlds/open_45.pgm",
+    "scenarios/sample_worlds.json",
+    "bags/open_45/metadata.yaml",  # the sample bag `mnemo-mpc replay` runs on
+    "bags/open_45/open_45.db3",
+)
 
 
 def _is_ros_package(name: str) -> bool:

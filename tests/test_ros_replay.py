@@ -71,3 +71,110 @@ def test_replay_cli_and_bad_inputs(tmp_path, capsys):
         replay_bag(tmp_path, tmp_path / "out2")
     assert cli_main(["replay", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
     assert "not a rosbag2" in capsys.readouterr().err
+
+
+# --- a newcomer's path: the shipped sample, the installed distro, the record mode ----------------------------------
+def sample_bag():
+    from mnemo_mpc.resources import share_dir
+
+    return share_dir("sim") / "bags" / "open_45"
+
+
+def test_the_shipped_sample_bag_replays_end_to_end(tmp_path, capsys):
+    """`mnemo-mpc replay sim/bags/open_45 --out OUT`: a short human summary, OUT (cmd_vel, local_plan), OUT.json and
+    a figure OUT.png; the replayed commands are the recorded ones (the same planner on the same inputs)."""
+    import json
+
+    from mnemo_mpc.ros.distro import default_distro
+
+    bag = sample_bag()
+    assert sum(f.stat().st_size for f in bag.iterdir()) < 300_000  # shipped small
+    out = tmp_path / "replayed"
+    assert cli_main(["replay", str(bag), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    lines = text.strip().splitlines()
+    assert lines[0].startswith(f"replayed {bag}: 13.7 s of bag, 138 ticks at 10 Hz") and len(lines) <= 8
+    assert "statuses: planned" in text and "vs the bag's 136 recorded commands" in text and "{" not in text
+
+    data = json.loads((tmp_path / "replayed.json").read_text())
+    assert data["distro"] == default_distro() and data["ticks"] == 138 and data["recorded_commands"] == 136
+    assert data["statuses"].get("planned", 0) >= 100 and data["commands_written"] >= 130
+    diff = data["command_difference"]
+    # Identical (~1e-12) on a quiet machine; a solve cut short by its wall-clock budget under load may differ a bit.
+    assert diff["pairs"] >= 130 and diff["v_mean_abs"] < 0.01 and diff["w_mean_abs"] < 0.02, diff
+    assert data["plot"] == str(tmp_path / "replayed.png") and "trace" not in data
+    with rosbag2.Reader(out) as r:
+        counts = {c.topic: c.msgcount for c in r.connections}
+    assert counts["/cmd_vel"] == data["commands_written"] and counts["/local_plan"] >= 100
+
+    png = tmp_path / "replayed.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 30_000
+    import matplotlib.image
+
+    img = matplotlib.image.imread(png)[..., :3]
+    ink = np.any(img < 0.9, axis=-1)  # anything but the white background
+    colours = np.unique((img * 255).astype(np.uint8).reshape(-1, 3), axis=0)
+    assert img.shape[0] > 400 and img.shape[1] > 800 and ink.mean() > 0.03 and len(colours) > 50
+
+
+def test_the_default_distro_follows_the_installed_ros(monkeypatch, capsys):
+    from importlib import metadata
+
+    from mnemo_mpc.ros import distro
+
+    monkeypatch.setenv("ROS_DISTRO", "humble")
+    assert distro.default_distro() == "ROS2_HUMBLE"
+    monkeypatch.setenv("ROS_DISTRO", "jazzy")
+    assert distro.installed_distro() == ("ROS2_JAZZY", "ROS_DISTRO=jazzy")
+    monkeypatch.delenv("ROS_DISTRO")
+    try:
+        metadata.version("ros-jazzy-rclpy")
+        assert distro.default_distro() == "ROS2_JAZZY"  # this environment's .[ros] wheels
+    except metadata.PackageNotFoundError:
+        pass
+    real = metadata.version
+
+    def only(name):
+        def version(dist):
+            if dist == name:
+                return "1.0"
+            raise metadata.PackageNotFoundError(dist)
+
+        return version
+
+    monkeypatch.setattr(metadata, "version", only("ros-humble-rclpy"))
+    assert distro.installed_distro() == ("ROS2_HUMBLE", "installed wheel ros-humble-rclpy")
+    monkeypatch.setattr(metadata, "version", only("nothing"))
+    assert distro.default_distro() == distro.FALLBACK == "ROS2_JAZZY"
+    monkeypatch.setattr(metadata, "version", real)
+    # --help states the default it found
+    assert cli_main(["replay", "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert f"(default: the installed ROS 2's: {distro.default_distro()}, from " in help_text
+
+
+def test_record_a_bag_from_the_simulator_and_replay_it(tmp_path, capsys):
+    from mnemo_mpc.ros.distro import default_distro
+    from mnemo_mpc.ros.record import record_sim_bag
+
+    s = record_sim_bag(tmp_path / "rec", seconds=1.0)
+    # 1 s at 10 Hz: the first observation and ten steps; a command each tick from 0 to 1 s
+    assert s["messages"] == {"/odom": 11, "/local_costmap/costmap": 11, "/goal_pose": 1, "/plan": 1, "/cmd_vel": 11}
+    # rosbag2 names its storage after the folder; nothing left of the partial one
+    assert sorted(p.name for p in (tmp_path / "rec").iterdir()) == ["metadata.yaml", "rec.db3"]
+    assert not (tmp_path / "rec.partial").exists() and s["distro"] == default_distro()
+    summary = replay_bag(tmp_path / "rec", tmp_path / "out")
+    assert summary.recorded_commands == 11 and summary.command_difference["pairs"] == 11
+    diff = summary.command_difference  # the same planner on the same inputs (a loaded machine: see above)
+    assert diff["v_mean_abs"] < 0.02 and diff["w_mean_abs"] < 0.05, diff
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["metadata.yaml", "out.db3"]
+    # record-only and replay-only flags, and a bag in either mode, are one-line errors
+    for argv, message in (
+        (["replay", "--record", str(tmp_path / "r2"), str(tmp_path / "rec")], "drop the input bag"),
+        (["replay", "--record", str(tmp_path / "r2"), "--out", str(tmp_path / "o2")], "--out: only for replaying"),
+        (["replay", str(tmp_path / "rec"), "--out", str(tmp_path / "o2"), "--seed", "3"], "--seed: only with --record"),
+        (["replay", str(tmp_path / "rec")], "--out: expected"),
+        (["replay", "--record", str(tmp_path / "rec")], "exists"),
+    ):
+        assert cli_main(argv) == 2, argv
+        assert message in capsys.readouterr().err, argv

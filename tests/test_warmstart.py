@@ -144,6 +144,32 @@ def test_a_tiny_training_run_lowers_the_validation_loss_and_resumes(store, tmp_p
         train(train_cfg(store, epochs=6, lr=1e-2), out, progress=False)
 
 
+def test_a_one_epoch_loss_curve_shows_its_point(tmp_path):
+    """One epoch is one point per curve: a bare line draws nothing there, so each point carries a marker, drawn in
+    the curve's colour where the point lies."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_rgb
+
+    from mnemo_mpc.warmstart.train import history_figure, plot_history
+
+    history = [{"epoch": 1, "train_loss": 0.3, "val_loss": 0.1, "val_rms_v": 0.05, "val_rms_w": 0.2}]
+    fig = history_figure(history)
+    try:
+        fig.canvas.draw()
+        pixels = np.asarray(fig.canvas.buffer_rgba())[..., :3] / 255.0
+        lines = [ln for ax in fig.axes for ln in ax.get_lines()]
+        assert len(lines) == 4
+        for ln in lines:
+            assert len(ln.get_xdata()) == 1 and ln.get_marker() not in (None, "", "None", " ")
+            x, y = ln.axes.transData.transform((ln.get_xdata()[0], ln.get_ydata()[0]))
+            row, col = int(round(pixels.shape[0] - y)), int(round(x))
+            assert np.allclose(pixels[row, col], to_rgb(ln.get_color()), atol=0.1), ln.get_label()
+    finally:
+        plt.close(fig)
+    plot_history(history, tmp_path / "loss_curve.png")
+    assert (tmp_path / "loss_curve.png").stat().st_size > 5000
+
+
 def test_a_pack_holds_the_stores_examples_and_trains_the_same_run(store, tmp_path):
     from mnemo_mpc.warmstart.pack import read_pack, write_pack
     from mnemo_mpc.warmstart.train import train

@@ -142,28 +142,43 @@ def evaluate(
     return {"loss": loss / count, "rms_v": float(rms[0]), "rms_w": float(rms[1])}
 
 
-def plot_history(history: list[dict[str, Any]], path: Path) -> None:
+# Up to this many epochs each one is marked: a 1-epoch run is a single point, which a bare line does not draw.
+MARKERS_UP_TO_EPOCHS = 30
+
+
+def history_figure(history: list[dict[str, Any]]) -> Any:
+    """The loss curve (`plot_history` writes it): train and validation loss, validation RMS errors, per epoch."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     epochs = [h["epoch"] for h in history]
+    style = {"marker": "o", "ms": 5} if len(epochs) <= MARKERS_UP_TO_EPOCHS else {}
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.8))
-    ax[0].semilogy(epochs, [h["train_loss"] for h in history], label="train")
-    ax[0].semilogy(epochs, [h["val_loss"] for h in history], label="validation (held-out worlds)")
+    ax[0].semilogy(epochs, [h["train_loss"] for h in history], label="train", **style)
+    ax[0].semilogy(epochs, [h["val_loss"] for h in history], label="validation (held-out worlds)", **style)
     ax[0].set_xlabel("epoch")
     ax[0].set_ylabel("loss (normalised MSE)")
     ax[0].legend()
-    ax[1].plot(epochs, [h["val_rms_v"] for h in history], label="v (m/s)")
-    ax[1].plot(epochs, [h["val_rms_w"] for h in history], label="w (rad/s)")
+    ax[1].plot(epochs, [h["val_rms_v"] for h in history], label="v (m/s)", **style)
+    ax[1].plot(epochs, [h["val_rms_w"] for h in history], label="w (rad/s)", **style)
     ax[1].set_xlabel("epoch")
     ax[1].set_ylabel("validation RMS control error")
     ax[1].set_yscale("log")
     ax[1].legend()
     for a in ax:
         a.grid(True, which="both", alpha=0.3)
+        a.xaxis.set_major_locator(MaxNLocator(integer=True))  # whole epochs, also for one or two
     fig.tight_layout()
+    return fig
+
+
+def plot_history(history: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = history_figure(history)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
