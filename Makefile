@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-slow lint format bench experiments clean
+.PHONY: demo test test-fast test-slow lint format bench experiments clean
 
 $(STAMP): setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,13 +19,18 @@ demo: $(STAMP)
 	# --quiet: the summary, not a line per control step (drop it to watch each step).
 	$(VENV)/bin/mnemo-mpc demo --quiet --out out/demo
 
+# Test tiers (markers in pytest.ini, given by module in tests/conftest.py): unit, integration, ros; slow on top.
 test: $(STAMP) lint
-	# One BLAS/torch thread per process: tiny ops gain nothing from threads, and oversubscription on a busy
-	# machine made single tests 20x slower.
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q
+	# Every tier but slow. One BLAS/torch thread per process: tiny ops gain nothing from threads, and
+	# oversubscription on a busy machine made single tests 20x slower.
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow"
+
+test-fast: $(STAMP) lint
+	# The unit tier alone: in-process, no simulator, DDS or subprocess; under a minute.
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -m "unit and not slow"
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -m slow
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

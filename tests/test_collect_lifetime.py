@@ -192,8 +192,14 @@ def assert_interrupted_cleanly(run: Run, rc: int, sig: int) -> None:
 N_WORLDS = 5
 
 
+# slow (30-45 s: three CLI runs): the default tier guards its failures piecewise and faster, with
+# test_worker_dies_with_its_coordinator and test_worker_whose_coordinator_died_during_startup_exits_at_once (SIGKILL),
+# test_collect_raises_collect_interrupted_and_restores_handlers (SIGTERM), test_optim_cli's Ctrl-C exit status (the
+# CLI's 128 + signum) and test_dataset_collect::test_kill_mid_world_then_resume_loses_and_duplicates_nothing (resume).
+@pytest.mark.slow
 def test_sigterm_then_sigkill_then_resume_commits_every_world_once(tmp_path):
-    """The default-tier path: a SIGTERM'd run ends cleanly; a SIGKILL'd run leaves no process; resume is exact."""
+    """The whole path with the real CLI: a SIGTERM'd run ends cleanly; a SIGKILL'd run leaves no process; resume is
+    exact."""
     root = tmp_path / "ds"
     run = Run(root, N_WORLDS, 2, tmp_path / "logs")
     rc, ids, kept = stop_with_signal(run, signal.SIGTERM)

@@ -137,11 +137,19 @@ def test_a_bad_file_in_a_models_folder_is_skipped_with_one_line(tmp_path, monkey
 
 
 # --- 5: store JSON ------------------------------------------------------------------------------------------------
-@pytest.fixture
-def store(tmp_path):
+@pytest.fixture(scope="module")
+def pristine_store(tmp_path_factory):
     from test_dataset_store import small_store
 
-    root, _ = small_store(tmp_path, worlds=2, steps=4)
+    root, _ = small_store(tmp_path_factory.mktemp("store"), worlds=2, steps=4)
+    return root
+
+
+@pytest.fixture
+def store(pristine_store, tmp_path):
+    """A fresh copy per test (each damages it): copying is ~20x cheaper than writing the store again."""
+    root = tmp_path / "ds"
+    shutil.copytree(pristine_store, root, symlinks=True)
     return root
 
 
