@@ -327,3 +327,27 @@ def test_a_wall_clock_budget_stops_the_sqp_between_iterations():
     assert res.status == "time_limit" and res.iterations == 0 and not res.success
     free = budget.with_config(max_time_s=None).solve(field, np.zeros(3), np.zeros(2), goal)
     assert free.success and free.iterations >= 2
+
+
+def test_the_compiler_is_asked_its_version_once_per_binary(tmp_path, monkeypatch):
+    """`cc --version` (a process launch) runs once per compiler binary, again when the binary changes."""
+    import os
+    import subprocess
+
+    cc = tmp_path / "cc"
+    cc.write_text("#!/bin/sh\necho 'fake cc 1.0'\n")
+    cc.chmod(0o755)
+    calls = []
+    real = subprocess.run
+
+    def counting(*args, **kwargs):
+        calls.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", counting)
+    assert codegen._compiler_id(str(cc)) == "fake cc 1.0"
+    assert codegen._compiler_id(str(cc)) == "fake cc 1.0"
+    assert len(calls) == 1
+    cc.write_text("#!/bin/sh\necho 'fake cc 2.0'\n")
+    os.utime(cc, ns=(cc.stat().st_atime_ns, cc.stat().st_mtime_ns + 1_000_000_000))
+    assert codegen._compiler_id(str(cc)) == "fake cc 2.0" and len(calls) == 2

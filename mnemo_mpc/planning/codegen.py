@@ -16,6 +16,7 @@ with one log line.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -72,6 +73,17 @@ def find_compiler() -> str | None:
 
 
 def _compiler_id(cc: str) -> str:
+    """The compiler's version line, part of the cache key. Asked once per process for each binary and its
+    modification time: `cc --version` is a process launch, and every `SQPMPC` built paid it (~90 in the test suite)."""
+    try:
+        stamp: int | None = os.stat(cc).st_mtime_ns
+    except OSError:
+        stamp = None
+    return _compiler_version(cc, stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def _compiler_version(cc: str, stamp: int | None) -> str:
     try:
         out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30)
         return out.stdout.splitlines()[0] if out.stdout else cc
