@@ -406,3 +406,35 @@ def add_realism_argument(p: argparse.ArgumentParser) -> None:
         "lags, slip, odometry and lidar the --params profile states; ideal for a profile without them; default) or "
         "harsh (each of them worse than the profile states)",
     )
+
+
+def flag(name: str) -> str:
+    """The command-line spelling of an argparse destination: `max_latency` -> `--max-latency`."""
+    return "--" + name.replace("_", "-")
+
+
+def bag_or_record(
+    args: Any, bag_only: tuple[str, ...], record_only: tuple[str, ...], verb: tuple[str, str], out_expected: str
+) -> bool:
+    """For the commands that either work on a given rosbag2 (`args.bag`) or record a new one (`--record BAG`):
+    True to record, False to work on the bag; a misused option is an InputError naming it (`bag_only` options need a
+    bag, `record_only` ones --record; `verb` ("replaying", "replay") and `out_expected` word the messages)."""
+    from rosbags.typesys import Stores
+
+    if args.distro not in Stores.__members__:
+        raise InputError(f"--distro: expected one of {', '.join(Stores.__members__)}, got {args.distro!r}")
+    if args.record is not None:
+        if args.bag is not None:
+            raise InputError(f"--record: records a new bag; drop the input bag {args.bag}")
+        wrong = next((n for n in bag_only if getattr(args, n) is not None), None)
+        if wrong:
+            raise InputError(f"{flag(wrong)}: only for {verb[0]} a bag, not with --record")
+        return True
+    wrong = next((n for n in record_only if getattr(args, n) is not None), None)
+    if wrong:
+        raise InputError(f"{flag(wrong)}: only with --record")
+    if args.bag is None:
+        raise InputError(f"bag: expected a rosbag2 directory to {verb[1]} (or --record BAG to record one)")
+    if args.out is None:
+        raise InputError(f"--out: expected {out_expected}")
+    return False

@@ -97,29 +97,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
 def run(args: argparse.Namespace) -> int:
-    from rosbags.typesys import Stores
-
-    if args.distro not in Stores.__members__:
-        raise InputError(f"--distro: expected one of {', '.join(Stores.__members__)}, got {args.distro!r}")
-    if args.record is not None:
-        if args.bag is not None:
-            raise InputError(f"--record: records a new bag; drop the input bag {args.bag}")
-        wrong = next((n for n in FIT_ONLY if getattr(args, n) is not None), None)
-        if wrong:
-            raise InputError(f"{_flag(wrong)}: only for fitting a bag, not with --record")
+    if _args.bag_or_record(args, FIT_ONLY, RECORD_ONLY, ("fitting", "fit"), "the robot profile to write"):
         return record(args)
-    wrong = next((n for n in RECORD_ONLY if getattr(args, n) is not None), None)
-    if wrong:
-        raise InputError(f"{_flag(wrong)}: only with --record")
-    if args.bag is None:
-        raise InputError("bag: expected a rosbag2 directory to fit (or --record BAG to record one)")
-    if args.out is None:
-        raise InputError("--out: expected the robot profile to write")
     return fit(args)
 
 

@@ -69,32 +69,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
 def run(args: argparse.Namespace) -> int:
-    from rosbags.typesys import Stores
-
     from mnemo_mpc.ros.distro import InstalledDistro
 
     args.distro = InstalledDistro.resolve(args.distro)
-    if args.distro not in Stores.__members__:
-        raise InputError(f"--distro: expected one of {', '.join(Stores.__members__)}, got {args.distro!r}")
-    if args.record is not None:
-        if args.bag is not None:
-            raise InputError(f"--record: records a new bag; drop the input bag {args.bag}")
-        wrong = next((n for n in REPLAY_ONLY if getattr(args, n) is not None), None)
-        if wrong:
-            raise InputError(f"{_flag(wrong)}: only for replaying a bag, not with --record")
+    if _args.bag_or_record(
+        args, REPLAY_ONLY, RECORD_ONLY, ("replaying", "replay"), "a new rosbag2 directory for the replayed commands"
+    ):
         return record(args)
-    wrong = next((n for n in RECORD_ONLY if getattr(args, n) is not None), None)
-    if wrong:
-        raise InputError(f"{_flag(wrong)}: only with --record")
-    if args.bag is None:
-        raise InputError("bag: expected a rosbag2 directory to replay (or --record BAG to record one)")
-    if args.out is None:
-        raise InputError("--out: expected a new rosbag2 directory for the replayed commands")
     return replay(args)
 
 

@@ -18,7 +18,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from mnemo_mpc.errors import InputError
 from mnemo_mpc.profile import NavParams
 
 # After the planner reports the goal reached, record this much longer (the stop and the idle ticks after it) [s].
@@ -44,7 +43,6 @@ def record_sim_bag(
     planner reports the goal reached (plus `AFTER_GOAL_S`) or `seconds` of simulated time, and record the bag at
     `bag` (a new directory). `robot_params` (a params YAML, as the simulator node's parameter) gives the simulated
     robot a profile's body; the simulator steps at the planner's control rate. Returns a JSON-ready summary."""
-    import math
 
     from rosbags.rosbag2 import CompressionFormat, CompressionMode, Writer
     from rosbags.typesys import Stores, get_typestore
@@ -54,19 +52,11 @@ def record_sim_bag(
     from mnemo_mpc.ros.sim_adapter import SimAdapter
     from mnemo_mpc.ros.sim_convert import SimMessageTypes
     from mnemo_mpc.ros.sim_params import SimNodeParams
+    from mnemo_mpc.sim.identify import check_new_recording
 
     nav = nav or NavParams()
     distro = distro or default_distro()
-    bag = Path(bag)
-    if bag.exists():
-        raise InputError(f"{bag}: exists; expected a new bag directory")
-    if distro not in Stores.__members__:
-        raise InputError(f"distro: expected one of {', '.join(Stores.__members__)}, got {distro!r}")
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise InputError(f"seconds: expected a duration > 0, got {seconds}")
-    partial = bag.with_name(bag.name + ".partial")
-    if partial.exists():
-        raise InputError(f"{partial}: left from an interrupted recording; remove it first")
+    bag, partial = check_new_recording(bag, distro, seconds)
     sim_params = SimNodeParams(
         world_seed=int(world_seed),
         robot_params=robot_params,

@@ -155,6 +155,24 @@ class Recording:
                 )
 
 
+def check_new_recording(bag: str | Path, distro: str, seconds: float) -> tuple[Path, Path]:
+    """(bag, its ".partial" sibling) for a recording about to start: the bag must be new, the distro a rosbags
+    Stores name, the length > 0 s, and no interrupted recording left in the way; each an InputError naming it."""
+    from rosbags.typesys import Stores
+
+    bag = Path(bag)
+    if bag.exists():
+        raise InputError(f"{bag}: exists; expected a new bag directory")
+    if distro not in Stores.__members__:
+        raise InputError(f"distro: expected one of {', '.join(Stores.__members__)}, got {distro!r}")
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise InputError(f"seconds: expected a duration > 0, got {seconds}")
+    partial = bag.with_name(bag.name + ".partial")
+    if partial.exists():
+        raise InputError(f"{partial}: left from an interrupted recording; remove it first")
+    return bag, partial
+
+
 def check_bag_metadata(bag: Path) -> None:
     """`bag/metadata.yaml` is a bounded, alias-free YAML file (`mnemo_mpc.safe_io`), checked before rosbags parses it
     (as `mnemo_mpc.ros.replay.check_bag_metadata`, not imported: that module loads the planner)."""
@@ -599,17 +617,8 @@ def record_excitation_bag(
     from mnemo_mpc.sim.simulator import Simulator
     from mnemo_mpc.sim.worlds import World
 
-    bag = Path(bag)
     topics = topics or RecordTopics()
-    if bag.exists():
-        raise InputError(f"{bag}: exists; expected a new bag directory")
-    if distro not in Stores.__members__:
-        raise InputError(f"distro: expected one of {', '.join(Stores.__members__)}, got {distro!r}")
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise InputError(f"seconds: expected a duration > 0, got {seconds}")
-    partial = bag.with_name(bag.name + ".partial")
-    if partial.exists():
-        raise InputError(f"{partial}: left from an interrupted recording; remove it first")
+    bag, partial = check_new_recording(bag, distro, seconds)
     store = get_typestore(Stores[distro])
     T = store.types
     dt = setup.sim.control_dt
