@@ -9,10 +9,11 @@ import pytest
 
 from mnemo_mpc.errors import InfeasibleProblemError
 from mnemo_mpc.planning import nlp as nlp_forms
+from mnemo_mpc.planning.collision import robot_discs
 from mnemo_mpc.planning.esdf import DistanceField
 from mnemo_mpc.planning.footprint import Footprint
 from mnemo_mpc.planning.grid import OccupancyGrid
-from mnemo_mpc.planning.mpc import SQPMPC, MPCConfig, robot_discs
+from mnemo_mpc.planning.mpc import SQPMPC, MPCConfig
 from mnemo_mpc.planning.robot import RobotModel
 
 SHAPE = (60, 60)

@@ -31,12 +31,15 @@ from typing import Any
 
 from mnemo_mpc.commands import _args
 from mnemo_mpc.errors import InputError
+from mnemo_mpc.realism import LEVELS
 
 RECORD_ONLY = ("seconds", "seed", "realism")
 FIT_ONLY = ("out", "json", "plot", "odom_sees", "stamps", "max_latency")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from mnemo_mpc.ros.distro import InstalledDistro
+
     p = sub.add_parser(
         "identify",
         help="fit latency, actuator lags and slip to a rosbag2 of cmd_vel + odometry and write a robot profile "
@@ -83,13 +86,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", type=Path, default=None, help="fit and residuals (default: PROFILE.identify.json)")
     p.add_argument("--plot", type=Path, default=None, help="fit figure, PNG (default: PROFILE.identify.png)")
-    p.add_argument("--distro", default="ROS2_JAZZY", help="message definitions, a rosbags Stores name (ROS2_JAZZY)")
+    p.add_argument(
+        "--distro",
+        default=InstalledDistro(),
+        help="message definitions, a rosbags Stores name (default: the installed ROS 2's: %(default)s)",
+    )
     p.add_argument("--record", type=Path, default=None, metavar="BAG", help="record a new excitation bag here instead")
     p.add_argument("--seconds", type=_args.duration_s, default=None, help="--record: excitation length (default 30)")
     p.add_argument("--seed", type=_args.seed, default=None, help="--record: excitation and noise seed (default 0)")
     p.add_argument(
         "--realism",
-        choices=("ideal", "profile", "harsh"),
+        choices=LEVELS,
         default=None,
         help="--record: the simulated drive: the --params profile's dynamics (profile, default), ideal or harsh "
         "(mnemo_mpc.sim.realism)",
@@ -98,6 +105,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mnemo_mpc.ros.distro import InstalledDistro
+
+    args.distro = InstalledDistro.resolve(args.distro)
     if _args.bag_or_record(args, FIT_ONLY, RECORD_ONLY, ("fitting", "fit"), "the robot profile to write"):
         return record(args)
     return fit(args)

@@ -16,6 +16,7 @@ from typing import Any
 
 from mnemo_mpc.commands import _args
 from mnemo_mpc.errors import InputError
+from mnemo_mpc.realism import LEVELS
 
 RECORD_ONLY = ("seconds", "seed", "realism")
 REPLAY_ONLY = ("out", "json", "plot")
@@ -62,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--realism",
-        choices=("ideal", "profile", "harsh"),
+        choices=LEVELS,
         default=None,
         help="--record: the simulated robot (mnemo_mpc.sim.realism; default profile)",
     )

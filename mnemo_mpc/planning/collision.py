@@ -11,8 +11,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from mnemo_mpc.errors import InputError
 from mnemo_mpc.planning.esdf import DistanceField
 from mnemo_mpc.planning.robot import RobotModel
+
+
+def robot_discs(robot: RobotModel) -> np.ndarray:
+    """The covering discs (K, 3) = (ox, oy, r) of the robot's footprint in its own frame (x forward), as
+    `RobotModel.discs` fits them (`planning.footprint`); one disc of `robot.radius` at the centre for a round robot."""
+    discs = np.asarray(robot.discs, dtype=float).reshape(-1, 3)
+    if discs.shape[0] < 1 or not np.all(np.isfinite(discs)) or np.any(discs[:, 2] <= 0):
+        raise InputError(f"robot discs: expected (K >= 1, 3) finite (ox, oy, r > 0), got {discs.tolist()}")
+    return discs
 
 
 class FootprintChecker:
@@ -21,7 +31,7 @@ class FootprintChecker:
 
     def __init__(self, robot: RobotModel, dt: float, densify: int) -> None:
         self.robot = robot
-        self.discs = robot.discs  # (K, 3): x, y offsets in the body frame, radius
+        self.discs = robot_discs(robot)  # (K, 3): x, y offsets in the body frame, radius
         self.dt = float(dt)
         self.densify = int(densify)
 

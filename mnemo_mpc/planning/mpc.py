@@ -9,8 +9,8 @@ The paper's planner: "For each MPC step, one instance of trajectory optimization
           v_min <= v_k <= v_max,  |w_k| <= w_max
           |u_k - u_{k-1}| <= (a_max, alpha_max) dt,  with u_{-1} = the current velocity
           esdf(c_kd) >= r_d + safety_margin (+ a small interpolation buffer),     k = 1..N, d = 1..K
-          (c_kd = p_k + R(yaw_k) o_d: the K discs (o_d, r_d) covering the footprint, `robot_discs`; one disc of the
-          robot's radius at the centre for a round robot)
+          (c_kd = p_k + R(yaw_k) o_d: the K discs (o_d, r_d) covering the footprint, `collision.robot_discs`; one
+          disc of the robot's radius at the centre for a round robot)
 
 Two methods (`MPCConfig.method`), same problem, same tolerances:
 
@@ -271,15 +271,6 @@ def _shift_duals(lam_g: np.ndarray, lam_x: np.ndarray, n: int) -> tuple[np.ndarr
     return shifted_g, np.concatenate([xs, _shift_blocks(us, 2)])
 
 
-def robot_discs(robot: RobotModel) -> np.ndarray:
-    """The covering discs (K, 3) = (ox, oy, r) of the robot's footprint in its own frame (x forward), as
-    `RobotModel.discs` fits them (`planning.footprint`); one disc of `robot.radius` at the centre for a round robot."""
-    discs = np.asarray(robot.discs, dtype=float).reshape(-1, 3)
-    if discs.shape[0] < 1 or not np.all(np.isfinite(discs)) or np.any(discs[:, 2] <= 0):
-        raise InputError(f"robot discs: expected (K >= 1, 3) finite (ox, oy, r > 0), got {discs.tolist()}")
-    return discs
-
-
 class SQPMPC:
     """The MPC of the module docstring, built once for (N, dt, grid_shape) and solved many times."""
 
@@ -301,8 +292,8 @@ class SQPMPC:
         if config.plan_v_min is not None:
             self._u_lower[0] = min(max(self._u_lower[0], config.plan_v_min), self._u_upper[0])
         lbu, ubu = np.tile(self._u_lower, n), np.tile(self._u_upper, n)
-        self.discs = robot_discs(robot)
         self.collision = FootprintChecker(robot, dt, config.densify)  # the checks outside the NLP use it too
+        self.discs = self.collision.discs
         k = self.discs.shape[0]
         form = nlp_forms.condensed if config.method == "sqp" else nlp_forms.multiple_shooting
         self._nlp = form(n, dt, self.grid_shape, config.weights, self.discs[:, :2])
