@@ -54,3 +54,18 @@ def test_trajectory_clearance_is_the_least_along_the_arcs():
     states = round_robot.rollout(np.array([1.5, 0.5, math.pi / 2]), controls, dt)
     pts = round_robot.densify(states, controls, dt, 10)
     assert check.trajectory_clearance(field_, states, controls) == field_.min_clearance(pts) - round_robot.radius
+
+
+def test_bad_covering_discs_are_refused():
+    """The checker and the MPC take their discs from one validated place (`robot_discs`)."""
+    import pytest
+
+    from mnemo_mpc.errors import InputError
+
+    class Broken(RobotModel):
+        @property
+        def discs(self) -> np.ndarray:
+            return np.array([[0.0, 0.0, float("nan")]])
+
+    with pytest.raises(InputError, match="robot discs"):
+        FootprintChecker(Broken(), 0.1, 10)
