@@ -210,7 +210,46 @@ def test_a_robot_standing_still_recovers_before_the_progress_checker(stall_s, wi
         assert first is None
     else:
         assert first is not None and first * controller.mpc_config.dt <= within_s
-        assert "standing still for 1.0 s: recovery 1/6" in caplog.text
+        assert "standing still for 1.0 s: recovery not counted" in caplog.text
+
+
+def test_a_robot_creeping_on_the_spot_is_standing_still(caplog):
+    """A robot whose MPC rests in a local minimum creeps: 1 cm/s back and forth, its measured twist jittering with
+    odometry noise well above any velocity threshold. Where it stands counts, not its twist: the recoveries start
+    after `stall_recovery_s`, not after the progress checker's 10 s (dense-1062, the Jackal realistic: 9 s of
+    creeping)."""
+    grid, start, goal = boxed_in()
+    cfg = ControllerConfig(progress_timeout_s=10.0, stall_recovery_s=1.0, recovery_time_allowance_s=3)
+    controller = Controller(RobotModel(), MPCConfig(), cfg)
+    dt = controller.mpc_config.dt
+    statuses = []
+    with caplog.at_level(logging.WARNING, logger="mnemo_mpc.nav.controller"):
+        for k in range(int(round(3.0 / dt))):
+            sway = 0.02 * np.sin(2 * np.pi * k * dt / 4.0)  # +-2 cm along x, +-0.1 rad: creeping, not going
+            pose = np.array([start[0] + sway, start[1], 0.1 * np.sin(k)])
+            velocity = np.array([0.03 * (-1) ** k, 0.2 * (-1) ** (k // 2)])  # jitter above |v| 0.02, |w| 0.05
+            out = controller.step(grid.window(pose[:2], WINDOW), pose, velocity, np.asarray(goal, float))
+            statuses.append(out.status)
+    first = next((i for i, s in enumerate(statuses) if s.startswith("recovery_")), None)
+    assert first is not None and first * dt <= 1.5, statuses[:: int(0.5 / dt)]
+    assert "standing still for 1.0 s" in caplog.text
+
+
+def test_stall_recoveries_leave_the_failure_to_the_progress_checker(caplog):
+    """Boxed in, the robot stands still every second: those recoveries run but do not count, so "failed" comes from
+    the progress checker, after max_recoveries x progress_timeout_s at the earliest -- not after a few stalls (the
+    Jackal mapless gave up in a corridor after six stalls in ~20 s, corridor-1043)."""
+    grid, start, goal = boxed_in()
+    cfg = ControllerConfig(
+        progress_timeout_s=5.0, stall_recovery_s=1.0, max_recoveries=2, spin_dist_rad=1.0, recovery_time_allowance_s=2
+    )
+    controller = Controller(RobotModel(v_min=-0.2), MPCConfig(), cfg)
+    dt = controller.mpc_config.dt
+    with caplog.at_level(logging.WARNING, logger="mnemo_mpc.nav.controller"):
+        outcome, trace, _ = drive(controller, grid, start, goal, int(round(40.0 / dt)))
+    assert outcome == "failed"
+    assert len(trace) * dt >= cfg.max_recoveries * cfg.progress_timeout_s
+    assert "recovery not counted" in caplog.text and "recovery 2/2" in caplog.text
 
 
 def test_a_far_goal_moved_by_localiser_corrections_is_the_same_goal():

@@ -18,9 +18,9 @@ applied. Around that core this module adds what a robot needs and the paper does
   controller plans its own path on what its local grids have shown and tracks it like a given one
   (`mnemo_mpc.nav.own_path`, re-planned every `replan_period_s` and when the path ahead gets blocked);
 * getting unstuck (`mnemo_mpc.nav.recovery`): no progress of `required_movement_m` within `progress_timeout_s`, or
-  standing still for `stall_recovery_s` with no moving obstacle in view, starts the recoveries manoeuvre onto the
-  path -> rotate in place -> back off (v_min < 0 only) -> re-plan, each with its status and a log line, and
-  "failed" after `max_recoveries` without progress (a stop, until a new goal);
+  standing still (creeping included) for `stall_recovery_s` with no moving obstacle in view, starts the recoveries
+  manoeuvre onto the path -> rotate in place -> back off (v_min < 0 only) -> re-plan, each with its status and a log
+  line, and "failed" after `max_recoveries` of the progress checker's without progress (a stop, until a new goal);
 * the drive as it is (`mnemo_mpc.nav.actuation`, `ControllerConfig.actuation`): the state is predicted over the
   measurement's age and the command latency with the commands already sent, the MPC plans from that prediction, and
   the first planned velocity is turned into the command a lagging drive needs to reach it;
@@ -135,9 +135,10 @@ class ControllerConfig:
     clear_footprint: bool = True
     # A start in collision for this long starts the recoveries (instead of waiting for the progress checker)
     blocked_recovery_s: float = 1.0
-    # A robot standing still (measured |v| < STILL_V, |w| < STILL_W) this long, with no moving obstacle in view, is
-    # stuck too: a Jackal whose MPC rests in a local minimum at a junction of the dense worlds' lanes otherwise waited
-    # out the progress checker's 10 s each time (a third of its time limit)
+    # A robot standing still (within STILL_M and STILL_RAD of where it stood) this long, with no moving obstacle in
+    # view, is stuck too: a Jackal whose MPC rests in a local minimum at a junction of the dense worlds' lanes
+    # otherwise waited out the progress checker's 10 s each time (a third of its time limit). Not counted towards
+    # max_recoveries (`_recovery_step`).
     stall_recovery_s: float = 3.0
 
     def __post_init__(self) -> None:
@@ -882,8 +883,10 @@ class Controller:
         """A new goal (or none): no recovery running, none counted, not failed; progress measured afresh."""
         self._goal = None if goal is None else np.asarray(goal, dtype=float).copy()
         self._behaviour: Behaviour | Maneuver | None = None
-        self._recoveries = 0  # recoveries since the last progress
-        self._still_since: float | None = None  # controller time the robot was first seen standing still
+        self._recoveries = 0  # recoveries since the last progress (the progress checker's and blocked starts')
+        self._behaviour_counts = True  # the running behaviour was one of those
+        self._still_since: float | None = None  # controller time the robot was first seen standing still ...
+        self._still_at: np.ndarray | None = None  # ... and where (`_stands`)
         self._next_behaviour = 0  # index into recovery.ORDER, round robin
         self._failed = False
         self._checker.baseline = None
@@ -915,22 +918,26 @@ class Controller:
             log.info("%s ended after %.1f s%s", self._behaviour.name, elapsed, why and f": {why}")
             self._behaviour = None
             self._last_plan = None  # planned before the motion: neither a start nor a fallback any more
-            self._checker.reset(pose, now)
+            if self._behaviour_counts:
+                self._checker.reset(pose, now)
             return None
         progressed, stuck = self._checker.update(pose, now)
         if progressed:
             self._recoveries, self._next_behaviour = 0, 0
         waiting = self._moving is not None and bool(self._moving.last_detections)  # for a moving obstacle to pass
-        if abs(velocity[0]) >= STILL_V or abs(velocity[1]) >= STILL_W or waiting:
-            self._still_since = None
-        elif self._still_since is None:
-            self._still_since = now
+        if waiting or self._still_since is None or not _stands(pose, self._still_at):
+            self._still_since, self._still_at = (None, None) if waiting else (now, pose.copy())
         stalled = self._still_since is not None and now - self._still_since >= cfg.stall_recovery_s - 1e-9
         if not (stuck or blocked or stalled):
             return None
         self._blocked_since = self._still_since = None  # a recovery now; the clocks start afresh after it
-        self._checker.reset(pose, now)
-        if self._recoveries >= cfg.max_recoveries:
+        # A stall's recovery neither counts towards max_recoveries nor restarts the progress checker: a robot that
+        # stands still every few seconds would otherwise declare "failed" after six of them, in ~20 s, where the
+        # progress checker gives it max_recoveries x progress_timeout_s (mapless corridor-1043 and doors-1079).
+        counts = stuck or blocked
+        if counts:
+            self._checker.reset(pose, now)
+        if counts and self._recoveries >= cfg.max_recoveries:
             self._failed = True
             log.error(
                 "failed: no progress of %.2f m in %.1f s after %d recoveries; stopping until a new goal",
@@ -964,16 +971,16 @@ class Controller:
                 if name == recovery.ROTATE or self.robot.v_min < 0
                 else "the robot may not reverse (v_min >= 0)",
             )
-        self._recoveries += 1
+        self._recoveries += counts
+        self._behaviour_counts = counts
         log.warning(
-            "%s: recovery %d/%d: %s",
+            "%s: recovery %s: %s",
             "start blocked"
             if blocked
             else f"no progress of {cfg.required_movement_m:.2f} m in {cfg.progress_timeout_s:.1f} s"
             if stuck
             else f"standing still for {cfg.stall_recovery_s:.1f} s",
-            self._recoveries,
-            cfg.max_recoveries,
+            f"{self._recoveries}/{cfg.max_recoveries}" if counts else "not counted",
             name,
         )
         if name == recovery.REPLAN:
@@ -1018,7 +1025,20 @@ class Controller:
         return ControlOutput(command, status, None, tuple(flags), time_s=time.perf_counter() - t0, field=field_)
 
 
-STILL_V, STILL_W = 0.02, 0.05  # m/s, rad/s: a robot slower than both stands still (stall_recovery_s)
+# A robot that stays within STILL_M and STILL_RAD of where it stood stands still (stall_recovery_s). Creeping counts:
+# a Jackal whose MPC rests in a local minimum at a passage mouth crept 1-2 cm/s for up to 9 s, never below a
+# velocity threshold, and waited out the progress checker (dense-1062, realistic).
+STILL_M, STILL_RAD = 0.05, 0.2
+
+
+def _stands(pose: np.ndarray, since: np.ndarray | None) -> bool:
+    """Whether `pose` is within STILL_M and STILL_RAD of `since`."""
+    if since is None:
+        return False
+    turned = abs((float(pose[2]) - float(since[2]) + np.pi) % (2 * np.pi) - np.pi)
+    return float(np.hypot(*(pose[:2] - since[:2]))) < STILL_M and turned < STILL_RAD
+
+
 SAME_GOAL_YAW_RAD = 0.3
 # A localiser's correction of the map -> odom transform turns a far goal about the robot: it moves by the heading
 # correction times its distance (the Jackal profile's corrections moved a goal 10 m away by 0.2-0.5 m, which the goal
