@@ -44,6 +44,8 @@ def test_episode_reaches_goal_without_collision(sim, controller, tmp_path):
     )
     m = res.metrics
     assert m["success"] and not m["collision"] and not m["timeout"], m
+    assert m["collision_context"] is None
+    assert m["grid_error_m"]["p50"] == 0.0  # the ideal robot's grid is the map at the true pose
     assert m["final_dist_to_goal_m"] <= 0.25
     assert m["path_length_m"] >= 2.6 - 0.3
     assert m["steps"] == len(res.steps) == res.record["pose"].shape[0]
@@ -73,6 +75,23 @@ def test_time_limit_gives_timeout(sim, controller):
     res = run_episode(small_world(), sim=sim, controller=controller, config=EpisodeConfig(time_limit_s=1.0))
     m = res.metrics
     assert m["timeout"] and not m["success"] and m["steps"] == 10
+
+
+def test_a_collision_keeps_the_steps_that_led_to_it(sim):
+    """A collision is rare and hard to reproduce: its episode row keeps the last steps (status, pose, command, ...).
+    A controller that drives blindly into the pillar."""
+    from mnemo_mpc.nav.controller import ControlOutput
+    from mnemo_mpc.sim.episode import COLLISION_CONTEXT
+
+    class Blind(Controller):
+        def step(self, grid, pose, velocity, goal, global_path=None, **kwargs):
+            return ControlOutput(np.array([0.5, 0.0]), "planned", None)
+
+    m = run_episode(small_world(), sim=sim, controller=Blind(), config=EpisodeConfig(time_limit_s=5.0)).metrics
+    assert m["collision"] and m["collisions_robot_caused"] == 1
+    context = m["collision_context"]
+    assert len(context) == COLLISION_CONTEXT and all(c["status"] == "planned" for c in context)
+    assert context[-1]["command"] == [0.5, 0.0] and context[-1]["pose"][0] > context[0]["pose"][0]
 
 
 def test_start_inside_obstacle_is_a_clear_error(sim, controller):

@@ -281,6 +281,9 @@ def handler(args: argparse.Namespace) -> int:
         "failed_rate": sum(e["failed"] for e in episodes) / n,
         "realism": setup.realism.to_dict(),
         "failed_worlds": [e["world"] for e in episodes if not e["success"]],
+        # The local grid against the world near obstacles (`sim.episode.GridError`; positive: walls shown nearer):
+        # the median over episodes of each one's p50 and p95, and the extremes
+        "grid_error_m": _grid_error([e["grid_error_m"] for e in episodes]),
         "first_move_s": percentiles([e["first_move_s"] for e in episodes if e["first_move_s"] is not None], 3),
         "never_moved": sum(e["first_move_s"] is None for e in episodes),
         "config": {
@@ -308,6 +311,8 @@ def handler(args: argparse.Namespace) -> int:
         f"{summary['obstacle_caused_collision_rate']:.3f}; time ratio p50 {summary['time_ratio']['p50']}; "
         f"min clearance p50 {summary['min_clearance_m']['p50']} m, min {summary['min_clearance_min_m']} m"
     )
+    ge = summary["grid_error_m"]
+    print(f"local grid vs world near obstacles: walls nearer by p50 {ge['p50']} p95 {ge['p95']} m (min {ge['min']} m)")
     pct = summary["step_time_ms"]
     print(f"step time, every step: p50 {pct['p50']} p99 {pct['p99']} ms, max {pct['max']} ms")
     for family, pct in summary["step_time_ms_by_family"].items():
@@ -316,6 +321,21 @@ def handler(args: argparse.Namespace) -> int:
         print(f"not successful: {', '.join(summary['failed_worlds'])}")
     print(f"wrote {args.out}")
     return 0
+
+
+def _grid_error(per_episode: list[dict]) -> dict[str, float | None]:
+    import numpy as np
+
+    def over(key: str, how) -> float | None:
+        values = [e[key] for e in per_episode if e.get(key) is not None]
+        return round(float(how(values)), 4) if values else None
+
+    return {
+        "p50": over("p50", np.median),
+        "p95": over("p95", np.median),
+        "min": over("min", min),
+        "max": over("max", max),
+    }
 
 
 def _p5(values: list[float]) -> float | None:

@@ -17,9 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+from scipy import ndimage
 
 from mnemo_mpc.errors import InputError
 from mnemo_mpc.nav.controller import Controller, ControllerConfig, ControlOutput
+from mnemo_mpc.planning.esdf import DistanceField
+from mnemo_mpc.planning.footprint import to_robot, to_world
 from mnemo_mpc.planning.global_path import plan_global_path
 from mnemo_mpc.planning.mpc import MPCConfig
 from mnemo_mpc.planning.robot import RobotModel
@@ -28,6 +31,48 @@ from mnemo_mpc.sim.worlds import World
 log = logging.getLogger(__name__)
 
 CLEARANCE_CAP_M = 2.0  # minimum clearance is measured up to this distance; farther reads as this
+# The grid's error (`GridError`) is sampled every GRID_ERROR_EVERY steps where the truth has an obstacle within
+# GRID_ERROR_NEAR_M of the robot (where the error decides anything).
+GRID_ERROR_EVERY, GRID_ERROR_NEAR_M = 5, 1.0
+COLLISION_CONTEXT = 12  # steps (~0.5 s on the Jackal) kept with a collision's episode row
+
+
+class GridError:
+    """How far what the robot's local grid shows is from the world: at the robot's centre, the distance to the nearest
+    obstacle on the world's map at the true pose less that on the local grid at the pose the robot knows (odometry).
+    Positive: the grid shows obstacles nearer than they are (drift and noise fused into the walls: narrower passages);
+    negative: farther (the unsafe side). Sampled only where that nearest obstacle lies in cells the grid has observed
+    (an obstacle not seen yet is not an error of the grid). 0 for the ideal robot, whose grid is the map's lattice at
+    the true pose."""
+
+    def __init__(self, world: World) -> None:
+        grid = world.grid
+        self.world_grid = grid
+        self.truth = DistanceField(grid, "free")
+        occupied = grid.occupied_mask()
+        dist, self.nearest = ndimage.distance_transform_edt(~occupied, return_indices=True)
+        self.dist = dist * grid.resolution
+        self.any = bool(occupied.any())
+        self.errors: list[float] = []
+
+    def sample(self, k: int, obs: Any, truth: np.ndarray) -> None:
+        if k % GRID_ERROR_EVERY or not self.any:
+            return
+        g = self.world_grid
+        col, row = np.floor(g.world_to_grid(np.asarray(truth[:2], dtype=float))).astype(int)
+        if not (0 <= row < g.data.shape[0] and 0 <= col < g.data.shape[1]) or self.dist[row, col] >= GRID_ERROR_NEAR_M:
+            return
+        r, c = self.nearest[:, row, col]
+        wall = g.grid_to_world(np.array([c + 0.5, r + 0.5]))  # the nearest obstacle cell, map frame
+        seen_at = to_world(to_robot(wall[None], np.asarray(truth, dtype=float)), np.asarray(obs.pose, dtype=float))
+        local = obs.local_grid
+        lc, lr = np.floor(local.world_to_grid(seen_at[0])).astype(int)
+        h, w = local.data.shape
+        if not (0 <= lr < h and 0 <= lc < w) or local.unknown_mask()[lr, lc]:
+            return
+        true_d = float(self.truth.distance(np.asarray(truth[:2], dtype=float)))
+        seen_d = float(DistanceField(local, "free").distance(np.asarray(obs.pose[:2], dtype=float)))
+        self.errors.append(true_d - seen_d)
 
 
 @dataclass(frozen=True)
@@ -144,6 +189,7 @@ def run_episode(
         # a simulator without one (a test double) reports none.
         clearance_of = getattr(sim, "clearance", None)
         clearances = [clearance_of(CLEARANCE_CAP_M)] if clearance_of is not None else []
+        grid_error = GridError(world)
         outcome = "timeout"
         cause = getattr(obs, "collision_cause", None)
         if obs.collision:
@@ -183,6 +229,7 @@ def run_episode(
             }
             if plan is not None and cfg.keep_plan_every and k % cfg.keep_plan_every == 0:
                 plans.append((k, plan.states.copy()))
+            grid_error.sample(k, obs, truth)
             if observer is not None:
                 stat.update(observer.step(k, obs, goal, out, controller))
             steps.append(stat)
@@ -230,11 +277,15 @@ def run_episode(
         # a robot standing still or moving away), see mnemo_mpc.sim.simulator.
         "collision_cause": cause if outcome == "collision" else None,
         "collisions_robot_caused": int(outcome == "collision" and cause != "obstacle"),
+        # What led to it: the last COLLISION_CONTEXT steps (a collision is rare and chaotic to reproduce)
+        "collision_context": [_context(s) for s in steps[-COLLISION_CONTEXT:]] if outcome == "collision" else None,
         "collisions_obstacle_caused": int(outcome == "collision" and cause == "obstacle"),
         "moving_obstacles": len(world.moving),
         "final_dist_to_goal_m": round(float(np.hypot(*(goal[:2] - truth[:2]))), 4),
         # How far what the robot knew was from the truth (odometry drift between localiser fixes)
         "pose_error_m": percentiles([s["pose_error_m"] for s in steps], 4),
+        # How far the local grid's walls are from the world's, near obstacles (`GridError`; positive: nearer)
+        "grid_error_m": {**percentiles(grid_error.errors, 4), "min": _min(grid_error.errors)},
         "first_move_s": _first_move_s(driven_arr, controller.mpc_config.dt),
         "fallback_steps": int(sum(s["status"].startswith("fallback") for s in steps)),
         "clipped_steps": int(sum(any(f.startswith("clipped") for f in s["flags"]) for s in steps)),
@@ -259,6 +310,14 @@ def run_episode(
     }
     record = observer.finish(obs.local_grid.shape, controller.mpc_config.N) if observer is not None else None
     return EpisodeResult(metrics, steps, driven_arr, path, plans, world, record)
+
+
+def _context(stat: dict[str, Any]) -> dict[str, Any]:
+    return {key: stat[key] for key in ("t", "pose", "velocity", "command", "status", "flags", "start")}
+
+
+def _min(values: list[float]) -> float | None:
+    return round(float(min(values)), 4) if values else None
 
 
 def _to_map(sim: Any, pose: np.ndarray) -> np.ndarray:
