@@ -147,6 +147,11 @@ class NavParams:
         0.02, "how far the covering discs the MPC checks may stick out of a polygon footprint [m] (smaller: more discs)"
     )
     safety_margin: float = param(0.05, "extra clearance beyond the footprint [m]")
+    min_margin_m: float = param(
+        0.01,
+        "floor of the clearance margin where a narrow passage leaves less than safety_margin [m]: at least what the "
+        "local grid gets wrong on this robot (eval's grid_error_m)",
+    )
     v_min: float = param(0.0, "minimum linear velocity [m/s] (<= 0)")
     v_max: float = param(0.5, "maximum linear velocity [m/s]")
     w_max: float = param(1.5, "maximum |angular velocity| [rad/s]")
@@ -221,6 +226,11 @@ class NavParams:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise InputError(f"parameter {name}: expected > 0, got {getattr(self, name)}")
+        if not 0 <= self.min_margin_m <= self.safety_margin:
+            raise InputError(
+                f"parameter min_margin_m: expected metres in [0, safety_margin = {self.safety_margin}], got "
+                f"{self.min_margin_m}"
+            )
         if self.control_period_s > self.dt * (1 + 1e-9):
             raise InputError(
                 f"parameter control_rate_hz: expected >= 1/dt = {1 / self.dt:g} Hz (a command must not be held longer "
@@ -394,6 +404,7 @@ class NavParams:
 
         values = {
             "goal_tolerance_m": self.goal_tolerance_m,
+            "min_margin_m": self.min_margin_m,
             "unknown_policy": self.unknown_policy,
             "actuation": self.actuation(),
             "sqp_mode": self.sqp_mode,

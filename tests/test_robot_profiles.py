@@ -152,3 +152,13 @@ def test_a_round_robot_model_is_not_used_for_a_polygon_robot_of_the_same_radius_
     with pytest.raises(InputError, match="footprint"):
         check_compatible(info, box, cfg.N, cfg.dt)
     assert find_model(box, cfg.N, cfg.dt) is None
+
+
+def test_the_passage_margin_floor_is_a_profile_value_within_the_safety_margin():
+    """`min_margin_m` reaches the controller from the profile (a drifting robot's grid error, say), and a floor above
+    the safety margin or below 0 is refused by name."""
+    assert NavParams.from_dict({"min_margin_m": 0.03}).controller_config().min_margin_m == 0.03
+    assert NavParams().controller_config().min_margin_m == 0.01
+    for bad in (-0.01, 0.06):
+        with pytest.raises(InputError, match="parameter min_margin_m: expected metres in"):
+            NavParams.from_dict({"min_margin_m": bad})
