@@ -1035,7 +1035,7 @@ def _stands(pose: np.ndarray, since: np.ndarray | None) -> bool:
     """Whether `pose` is within STILL_M and STILL_RAD of `since`."""
     if since is None:
         return False
-    turned = abs((float(pose[2]) - float(since[2]) + np.pi) % (2 * np.pi) - np.pi)
+    turned = abs(recovery.wrap_angle(float(pose[2]) - float(since[2])))
     return float(np.hypot(*(pose[:2] - since[:2]))) < STILL_M and turned < STILL_RAD
 
 

@@ -48,10 +48,9 @@ class GridError:
     def __init__(self, world: World) -> None:
         grid = world.grid
         self.world_grid = grid
-        self.truth = DistanceField(grid, "free")
+        self.truth = DistanceField(grid, "free")  # its values: each cell centre's distance to the nearest obstacle
         occupied = grid.occupied_mask()
-        dist, self.nearest = ndimage.distance_transform_edt(~occupied, return_indices=True)
-        self.dist = dist * grid.resolution
+        self.nearest = ndimage.distance_transform_edt(~occupied, return_distances=False, return_indices=True)
         self.any = bool(occupied.any())
         self.errors: list[float] = []
 
@@ -60,7 +59,8 @@ class GridError:
             return
         g = self.world_grid
         col, row = np.floor(g.world_to_grid(np.asarray(truth[:2], dtype=float))).astype(int)
-        if not (0 <= row < g.data.shape[0] and 0 <= col < g.data.shape[1]) or self.dist[row, col] >= GRID_ERROR_NEAR_M:
+        inside = 0 <= row < g.data.shape[0] and 0 <= col < g.data.shape[1]
+        if not inside or self.truth.values[row, col] >= GRID_ERROR_NEAR_M:
             return
         r, c = self.nearest[:, row, col]
         wall = g.grid_to_world(np.array([c + 0.5, r + 0.5]))  # the nearest obstacle cell, map frame
