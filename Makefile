@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# Test processes: the suite is single-threaded tests on a 2-core machine (CI's); `make test TEST_WORKERS=1` runs
+# them in one process.
+TEST_WORKERS ?= 2
 
 .PHONY: demo test test-fast test-slow lint format bench experiments clean
 
@@ -21,13 +24,13 @@ demo: $(STAMP)
 
 # Test tiers (markers in pytest.ini, given by module in tests/conftest.py): unit, integration, ros; slow on top.
 test: $(STAMP) lint
-	# Every tier but slow. One BLAS/torch thread per process: tiny ops gain nothing from threads, and
-	# oversubscription on a busy machine made single tests 20x slower.
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow"
+	# Every tier but slow, in TEST_WORKERS processes (pytest-xdist). One BLAS/torch thread per process: tiny ops
+	# gain nothing from threads, and oversubscription on a busy machine made single tests 20x slower.
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS)
 
 test-fast: $(STAMP) lint
 	# The unit tier alone: in-process, no simulator, DDS or subprocess; under a minute.
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -m "unit and not slow"
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -m "unit and not slow" -n $(TEST_WORKERS)
 
 test-slow: $(STAMP)
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -m slow

@@ -66,6 +66,7 @@ EXTRAS = {
 EXTRAS["dev"] = [
     "pytest",
     "pytest-timeout",
+    "pytest-xdist",
     "ruff",
     "catkin_pkg",
     "colcon-core",
