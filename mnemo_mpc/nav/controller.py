@@ -885,8 +885,8 @@ class Controller:
         self._behaviour: Behaviour | Maneuver | None = None
         self._recoveries = 0  # recoveries since the last progress (the progress checker's and blocked starts')
         self._behaviour_counts = True  # the running behaviour was one of those
-        self._still_since: float | None = None  # controller time the robot was first seen standing still ...
-        self._still_at: np.ndarray | None = None  # ... and where (`_stands`)
+        # (controller time, pose) where the robot was first seen standing still (`_stands`); None while it moves
+        self._still: tuple[float, np.ndarray] | None = None
         self._next_behaviour = 0  # index into recovery.ORDER, round robin
         self._failed = False
         self._checker.baseline = None
@@ -925,12 +925,14 @@ class Controller:
         if progressed:
             self._recoveries, self._next_behaviour = 0, 0
         waiting = self._moving is not None and bool(self._moving.last_detections)  # for a moving obstacle to pass
-        if waiting or self._still_since is None or not _stands(pose, self._still_at):
-            self._still_since, self._still_at = (None, None) if waiting else (now, pose.copy())
-        stalled = self._still_since is not None and now - self._still_since >= cfg.stall_recovery_s - 1e-9
+        if waiting:
+            self._still = None
+        elif self._still is None or not _stands(pose, self._still[1]):
+            self._still = (now, pose.copy())
+        stalled = self._still is not None and now - self._still[0] >= cfg.stall_recovery_s - 1e-9
         if not (stuck or blocked or stalled):
             return None
-        self._blocked_since = self._still_since = None  # a recovery now; the clocks start afresh after it
+        self._blocked_since = self._still = None  # a recovery now; the clocks start afresh after it
         # A stall's recovery neither counts towards max_recoveries nor restarts the progress checker: a robot that
         # stands still every few seconds would otherwise declare "failed" after six of them, in ~20 s, where the
         # progress checker gives it max_recoveries x progress_timeout_s (mapless corridor-1043 and doors-1079).
@@ -1031,10 +1033,8 @@ class Controller:
 STILL_M, STILL_RAD = 0.05, 0.2
 
 
-def _stands(pose: np.ndarray, since: np.ndarray | None) -> bool:
+def _stands(pose: np.ndarray, since: np.ndarray) -> bool:
     """Whether `pose` is within STILL_M and STILL_RAD of `since`."""
-    if since is None:
-        return False
     turned = abs(recovery.wrap_angle(float(pose[2]) - float(since[2])))
     return float(np.hypot(*(pose[:2] - since[:2]))) < STILL_M and turned < STILL_RAD
 
