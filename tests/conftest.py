@@ -62,6 +62,7 @@ UNIT = {
     "test_planning_mapio",
     "test_planning_mpc",
     "test_planning_mpc_discs",
+    "test_planning_mpc_moving",
     "test_planning_sizing",
     "test_planning_sqp",
     "test_profile",

@@ -11,6 +11,10 @@ The paper's planner: "For each MPC step, one instance of trajectory optimization
           esdf(c_kd) >= r_d + safety_margin (+ a small interpolation buffer),     k = 1..N, d = 1..K
           (c_kd = p_k + R(yaw_k) o_d: the K discs (o_d, r_d) covering the footprint, `collision.robot_discs`; one
           disc of the robot's radius at the centre for a round robot)
+          |p_k - o_j(t_k)| >= R + R_j(t_k) + safety_margin,                      k = 1..N, j = 1..M
+          (with `MPCConfig.moving_obstacles` = M > 0: moving obstacle j predicted at o_j(t_k) with radius R_j(t_k),
+          its own size grown by the prediction's uncertainty (`PredictedObstacles`); R the footprint's outer radius
+          about the rotation centre. Time-varying constraints, so the robot may pass where an obstacle *will not be*)
 
 Two methods (`MPCConfig.method`), same problem, same tolerances:
 
@@ -47,7 +51,10 @@ from mnemo_mpc.planning.sqp import CONVEXIFY, HESSIANS, SQP, SQPOptions
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SPLINE_PAD", "SQPMPC", "MPCConfig", "PlanResult", "WarmStart"]
+__all__ = ["SPLINE_PAD", "SQPMPC", "MPCConfig", "PlanResult", "PredictedObstacles", "WarmStart"]
+
+# Moving-obstacle slots the NLP may be built with (each adds N constraint rows and 2 N parameters).
+MAX_MOVING_OBSTACLES = 8
 
 
 _BLAS_LIMITED = False
@@ -125,6 +132,9 @@ class MPCConfig:
     # are when that is less. Bounded at their current clearance instead, a disc moving at speed towards a wall made
     # every QP infeasible until the robot stopped (Jackal, corridor world 1008: 28 infeasible steps in one episode).
     band_margin_m: float = 0.025
+    # Slots for predicted moving obstacles (issue 28): the NLP gets M time-varying distance rows per knot (see the
+    # module docstring); unused slots are parked far away. 0: the MPC plans against the grid alone. Method "sqp" only.
+    moving_obstacles: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.N, bool) or not isinstance(self.N, int) or self.N < 1:
@@ -172,6 +182,13 @@ class MPCConfig:
                 raise InputError(f"MPCConfig.{name}: expected a finite number >= 0, got {value!r}")
         if min(self.w_v, self.w_w) <= 0:
             raise InputError("MPCConfig.w_v, w_w: expected > 0 (they keep the Gauss-Newton Hessian positive definite)")
+        m = self.moving_obstacles
+        if isinstance(m, bool) or not isinstance(m, int) or not 0 <= m <= MAX_MOVING_OBSTACLES:
+            raise InputError(
+                f"MPCConfig.moving_obstacles: expected an integer in [0, {MAX_MOVING_OBSTACLES}], got {m!r}"
+            )
+        if m and self.method != "sqp":
+            raise InputError(f"MPCConfig.moving_obstacles: needs method 'sqp', got method {self.method!r}")
 
     @property
     def weights(self) -> CostWeights:
@@ -189,6 +206,31 @@ class MPCConfig:
             newton_du=self.newton_du,
             convexify=self.convexify,
         )
+
+
+@dataclass(frozen=True)
+class PredictedObstacles:
+    """Moving obstacles as the MPC's time-varying constraints take them: `centres` (N, M', 2) map-frame centres
+    predicted at knots 1..N (t_k = k dt from now), `radii` (N, M') each one's radius there, the obstacle's size grown
+    by its prediction's uncertainty. M' <= `MPCConfig.moving_obstacles`."""
+
+    centres: np.ndarray
+    radii: np.ndarray
+
+    def __post_init__(self) -> None:
+        c, r = np.asarray(self.centres, dtype=float), np.asarray(self.radii, dtype=float)
+        if c.ndim != 3 or c.shape[2] != 2 or r.shape != c.shape[:2]:
+            raise InputError(
+                f"PredictedObstacles: expected centres (N, M, 2) and radii (N, M), got {c.shape} and {r.shape}"
+            )
+        if not (np.all(np.isfinite(c)) and np.all(np.isfinite(r)) and np.all(r >= 0)):
+            raise InputError("PredictedObstacles: centres must be finite and radii finite and >= 0")
+        object.__setattr__(self, "centres", c)
+        object.__setattr__(self, "radii", r)
+
+    @property
+    def count(self) -> int:
+        return int(self.centres.shape[1])
 
 
 @dataclass
@@ -228,12 +270,19 @@ class PlanResult:
     # the margin it must keep: safety_margin, or less when the start is already inside the margin band.
     footprint_clearance: float | None = None
     required_margin: float = 0.0
+    # With predicted moving obstacles: min over knots 1..N and obstacles of |p_k - o_j(t_k)| - R - R_j(t_k), and the
+    # margin it must keep (the solve's margin). None without them.
+    moving_clearance: float | None = None
+    moving_margin: float = 0.0
 
     @property
     def feasible(self) -> bool:
         """Dynamics error <= 1e-6 and every covering disc >= its radius + margin - 1e-3 from obstacles on the densified
-        trajectory (for a round robot: centre clearance >= radius + margin - 1e-3)."""
+        trajectory (for a round robot: centre clearance >= radius + margin - 1e-3); every knot as far from each
+        predicted moving obstacle as its constraint asks, less 1e-3."""
         if self.max_dynamics_violation > 1e-6:
+            return False
+        if self.moving_clearance is not None and self.moving_clearance < self.moving_margin - 1e-3:
             return False
         if self.footprint_clearance is None:
             return self.min_clearance >= self.required_clearance - 1e-3
@@ -294,21 +343,26 @@ class SQPMPC:
         lbu, ubu = np.tile(self._u_lower, n), np.tile(self._u_upper, n)
         self.collision = FootprintChecker(robot, dt, config.densify)  # the checks outside the NLP use it too
         self.discs = self.collision.discs
+        # The footprint's outer radius about the rotation centre: what the moving-obstacle rows keep clear.
+        self.outer_radius = float(np.max(np.hypot(self.discs[:, 0], self.discs[:, 1]) + self.discs[:, 2]))
+        m = config.moving_obstacles
         k = self.discs.shape[0]
-        form = nlp_forms.condensed if config.method == "sqp" else nlp_forms.multiple_shooting
-        self._nlp = form(n, dt, self.grid_shape, config.weights, self.discs[:, :2])
+        if config.method == "sqp":
+            self._nlp = nlp_forms.condensed(n, dt, self.grid_shape, config.weights, self.discs[:, :2], m)
+        else:
+            self._nlp = nlp_forms.multiple_shooting(n, dt, self.grid_shape, config.weights, self.discs[:, :2])
         self._functions = self._nlp.functions
         if config.compile:
             from mnemo_mpc.planning.codegen import compiled
 
-            tag = f"mpc_{config.method}_N{n}_{h}x{w}" + (f"_K{k}" if k > 1 else "")
+            tag = f"mpc_{config.method}_N{n}_{h}x{w}" + (f"_K{k}" if k > 1 else "") + (f"_M{m}" if m else "")
             self._functions, self.build_info = compiled(self._functions, tag)
         if config.method == "sqp":
             self._sqp = SQP(nlp_forms.CondensedEvaluator(self._nlp, self._functions), config.sqp_options)
             self._rollout = BufferedFunction(self._functions["rollout"])
             self._lbx, self._ubx = lbu, ubu
-            self._lbg = np.concatenate([np.tile(-amax, n), np.zeros(k * n)])
-            self._ubg = np.concatenate([np.tile(amax, n), np.full(k * n, np.inf)])
+            self._lbg = np.concatenate([np.tile(-amax, n), np.zeros((k + m) * n)])
+            self._ubg = np.concatenate([np.tile(amax, n), np.full((k + m) * n, np.inf)])
         else:
             self._solvers: dict[int, BufferedSolver] = {}
             self._sqpmethod_totals: dict[int, dict[str, float]] = {}
@@ -323,8 +377,8 @@ class SQPMPC:
     @property
     def duals_size(self) -> tuple[int, int]:
         """(len(lam_g), len(lam_x)) of this method's multipliers."""
-        n, k = self.config.N, self.discs.shape[0]
-        return ((2 + k) * n, 2 * n) if self.config.method == "sqp" else ((5 + k) * n, 3 * (n + 1) + 2 * n)
+        n, k, m = self.config.N, self.discs.shape[0], self.config.moving_obstacles
+        return ((2 + k + m) * n, 2 * n) if self.config.method == "sqp" else ((5 + k) * n, 3 * (n + 1) + 2 * n)
 
     def cold_start(self, state: np.ndarray) -> WarmStart:
         """Hold the current pose with zero controls: dynamically consistent and never through an obstacle."""
@@ -338,11 +392,18 @@ class SQPMPC:
         velocity: np.ndarray,
         goal: np.ndarray,
         reference: np.ndarray | None = None,
+        obstacles: PredictedObstacles | None = None,
     ) -> np.ndarray:
         """The NLP parameter vector p of a problem (see `nlp.ParamLayout`); inputs as `solve` takes them."""
-        n = self.config.N
+        n, m = self.config.N, self.config.moving_obstacles
         ref = np.tile(goal[:2], (n, 1)) if reference is None else np.asarray(reference, dtype=float)[1:, :2]
         dist_goal = float(np.hypot(*(goal[:2] - state[:2])))
+        centres = None
+        if m:
+            # Unused slots are parked farther than the horizon can reach: their rows (bound 0) never bind.
+            centres = np.tile(np.asarray(state[:2], dtype=float) + [PARKED_M, PARKED_M], (n, m, 1))
+            if obstacles is not None:
+                centres[:, : obstacles.count] = obstacles.centres
         head = self.layout.head(
             state,
             np.clip(velocity, self._u_lower, self._u_upper),
@@ -351,6 +412,7 @@ class SQPMPC:
             ref,
             field.grid.origin,
             field.grid.resolution,
+            centres,
         )
         return np.concatenate([head, field.spline_coefficients(SPLINE_PAD).reshape(-1)])
 
@@ -366,6 +428,7 @@ class SQPMPC:
         start_label: str | None = None,
         margin: float | None = None,
         use_fallback: bool = True,
+        obstacles: PredictedObstacles | None = None,
     ) -> PlanResult:
         """Plan from `state` with current `velocity` (v, w) towards `goal` (x, y, yaw), tracking `reference`.
 
@@ -376,6 +439,8 @@ class SQPMPC:
         `reference` is (N+1, 2|3) map-frame points for knots 0..N (row 0 is ignored) or None to track the goal at
         every knot. `warm_start` None means the cold start (hold the pose). `use_fallback` False skips the fallback
         solver (`MPCConfig.fallback`) for this solve (a real-time iteration wants its one iterate, not a full solve).
+        `obstacles`: moving obstacles predicted over the horizon, kept `margin` away from the footprint's outer circle
+        at every knot (needs `MPCConfig.moving_obstacles` >= their count).
         Returns a PlanResult; a failed solve has `success=False` and finite arrays (the last iterate when finite, else
         the hold-pose guess).
         """
@@ -404,6 +469,16 @@ class SQPMPC:
             margin = robot.safety_margin
         elif not (is_real(margin) and 0.0 <= margin <= robot.safety_margin):
             raise InputError(f"SQPMPC.solve.margin: expected metres in [0, {robot.safety_margin}], got {margin!r}")
+        if obstacles is not None:
+            if not isinstance(obstacles, PredictedObstacles):
+                raise InputError(f"SQPMPC.solve.obstacles: expected PredictedObstacles, got {type(obstacles).__name__}")
+            if obstacles.centres.shape[0] != n or obstacles.count > cfg.moving_obstacles:
+                raise InputError(
+                    f"SQPMPC.solve.obstacles: expected at most MPCConfig.moving_obstacles = {cfg.moving_obstacles} "
+                    f"obstacles over N = {n} knots, got {obstacles.count} over {obstacles.centres.shape[0]}"
+                )
+            if obstacles.count == 0:
+                obstacles = None
 
         d0 = float(field.distance(state[:2]))
         disc_d0 = self.collision.disc_distances(field, state)
@@ -418,8 +493,8 @@ class SQPMPC:
             raise StartInCollisionError(f"start pose ({state[0]:.3f}, {state[1]:.3f}) is in collision: {detail}")
         _check_goal(field, goal)
         guess, label = self._start(state, warm_start, start_label)
-        p = self.parameters(field, state, velocity, goal, reference)
-        lbg = self._constraint_lower(self._bound_distances(field, state, disc_d0), margin)
+        p = self.parameters(field, state, velocity, goal, reference, obstacles)
+        lbg = self._constraint_lower(self._bound_distances(field, state, disc_d0), margin, obstacles)
         solve = self._solve_sqp if cfg.method == "sqp" else self._solve_sqpmethod
         iters = cfg.max_iter if max_iter is None else max_iter
         out = solve(state, guess, p, lbg, iters)
@@ -440,6 +515,10 @@ class SQPMPC:
         dyn_err = float(np.max(np.abs(robot.step(states[:-1], controls, cfg.dt) - states[1:])))
         pts = robot.densify(states, controls, cfg.dt, cfg.densify)
         footprint = self.collision.trajectory_clearance(field, states, controls, pts)
+        moving = None
+        if obstacles is not None:
+            gaps = np.hypot(*(states[1:, None, :2] - obstacles.centres).transpose(2, 0, 1))
+            moving = float(np.min(gaps - self.outer_radius - obstacles.radii))
         return PlanResult(
             states=states,
             controls=controls,
@@ -460,6 +539,8 @@ class SQPMPC:
             solver_stats=out.get("stats", {}),
             footprint_clearance=footprint,
             required_margin=self._start_margin(disc_d0, margin),
+            moving_clearance=moving,
+            moving_margin=margin,
         )
 
     # --- internals ----------------------------------------------------------------------------------------------
@@ -475,18 +556,25 @@ class SQPMPC:
         band = np.minimum(disc_d0 - r, min(margin, self.config.band_margin_m))
         return float(np.min(np.where(inside, band, margin)))
 
-    def _constraint_lower(self, disc_d0: np.ndarray, margin: float | None = None) -> np.ndarray:
+    def _constraint_lower(
+        self, disc_d0: np.ndarray, margin: float | None = None, obstacles: PredictedObstacles | None = None
+    ) -> np.ndarray:
         """Lower bounds of g for a start whose covering discs are `disc_d0` from obstacles: r_d + margin + buffer (the
         robot's safety margin unless `margin` is given). A start already inside that band must still have a feasible
         problem: its discs in the band are bounded at r_d + buffer + `MPCConfig.band_margin_m` (room to slow down and
-        turn away), never above their current clearance. Clearance rows are knot-major (disc fastest)."""
+        turn away), never above their current clearance. Clearance rows are knot-major (disc fastest, then the moving
+        obstacles' rows: R + R_j(t_k) + margin + buffer, 0 for a parked slot)."""
         lbg = self._lbg.copy()
-        k = self.discs.shape[0]
+        n, k, m = self.config.N, self.discs.shape[0], self.config.moving_obstacles
         margin = self.robot.safety_margin if margin is None else margin
         r, buffer = self.discs[:, 2], self.config.clearance_buffer
         need = r + margin + buffer
         band = np.minimum(disc_d0, r + buffer + min(margin, self.config.band_margin_m))
-        lbg[-k * self.config.N :] = np.tile(np.where(disc_d0 < need, band, need), self.config.N)
+        rows = np.zeros((n, k + m))
+        rows[:, :k] = np.where(disc_d0 < need, band, need)
+        if obstacles is not None:
+            rows[:, k : k + obstacles.count] = self.outer_radius + obstacles.radii + margin + buffer
+        lbg[-(k + m) * n :] = rows.reshape(-1)
         return lbg
 
     def _bound_distances(self, field: DistanceField, state: np.ndarray, disc_d0: np.ndarray) -> np.ndarray:
@@ -732,6 +820,10 @@ def _qpsol_options(qpsol: str) -> dict[str, Any]:
     elif qpsol == "qpoases":
         opts["printLevel"] = "none"
     return opts
+
+
+# How far (in x and y) an unused moving-obstacle slot is parked from the robot [m]: beyond any horizon's reach.
+PARKED_M = 1.0e3
 
 
 def _finite_vector(value: Any, size: int, name: str) -> np.ndarray:

@@ -43,11 +43,14 @@ SPLINE_PAD = 3  # cells of extrapolated ESDF around the window, so the spline is
 class ParamLayout:
     """Offsets into the NLP parameter vector p = [head, spline coefficients (rows x cols, row-major)].
 
-    head = state (3), u_prev (2), goal (3), heading_on (1), ref (2N), origin (2), rot = (cos, sin) (2), 1/res (1).
+    head = state (3), u_prev (2), goal (3), heading_on (1), ref (2N), origin (2), rot = (cos, sin) (2), 1/res (1),
+    and with `obstacles` = M > 0 the predicted centres of M moving obstacles at knots 1..N (2 M N, knot-major:
+    knot k's block is x_1, y_1, ..., x_M, y_M).
     """
 
     N: int
     grid_shape: tuple[int, int]
+    obstacles: int = 0
 
     @property
     def spline_shape(self) -> tuple[int, int]:
@@ -55,7 +58,7 @@ class ParamLayout:
 
     @property
     def head_size(self) -> int:
-        return 3 + 2 + 3 + 1 + 2 * self.N + 2 + 2 + 1
+        return 3 + 2 + 3 + 1 + 2 * self.N + 2 + 2 + 1 + 2 * self.obstacles * self.N
 
     @property
     def size(self) -> int:
@@ -71,19 +74,22 @@ class ParamLayout:
         ref: np.ndarray,
         origin: tuple[float, float, float],
         resolution: float,
+        obstacles: np.ndarray | None = None,
     ) -> np.ndarray:
-        """The head of p from plain arrays (`ref`: (N, 2) tracking points for knots 1..N)."""
+        """The head of p from plain arrays (`ref`: (N, 2) tracking points for knots 1..N; `obstacles`: (N, M, 2)
+        predicted centres at knots 1..N, required when the layout has M > 0 slots)."""
         ox, oy, oyaw = origin
-        return np.concatenate(
-            [
-                state,
-                u_prev,
-                goal,
-                [heading_on],
-                np.asarray(ref, dtype=float).reshape(-1),
-                [ox, oy, np.cos(oyaw), np.sin(oyaw), 1.0 / resolution],
-            ]
-        )
+        parts = [
+            state,
+            u_prev,
+            goal,
+            [heading_on],
+            np.asarray(ref, dtype=float).reshape(-1),
+            [ox, oy, np.cos(oyaw), np.sin(oyaw), 1.0 / resolution],
+        ]
+        if self.obstacles:
+            parts.append(np.asarray(obstacles, dtype=float).reshape(self.N * self.obstacles * 2))
+        return np.concatenate(parts)
 
 
 @dataclass(frozen=True)
@@ -97,9 +103,9 @@ class CostWeights:
     w_dw: float
 
 
-def _unpack_head(head: Any, n: int) -> dict[str, Any]:
+def _unpack_head(head: Any, n: int, m: int = 0) -> dict[str, Any]:
     o = 9 + 2 * n
-    return {
+    out = {
         "state": head[0:3],
         "u_prev": head[3:5],
         "goal": head[5:8],
@@ -109,6 +115,21 @@ def _unpack_head(head: Any, n: int) -> dict[str, Any]:
         "rot": head[o + 2 : o + 4],
         "inv_res": head[o + 4],
     }
+    if m:
+        out["obstacles"] = ca.reshape(head[o + 5 : o + 5 + 2 * m * n], 2 * m, n)  # column k: knot k + 1
+    return out
+
+
+def _obstacle_distances(position: Any, centres: Any, m: int) -> Any:
+    """Distances (M,) from the robot's rotation centre to M predicted obstacle centres (2 M,): the rows of the
+    time-varying constraint |p_k - o_j(t_k)| >= R_robot + R_j(t_k) + margin (`SQPMPC`, issue 28). A tiny floor
+    under the square root keeps the derivative finite when a far slot's centre and the robot coincide."""
+    return ca.vertcat(
+        *[
+            ca.sqrt((position[0] - centres[2 * j]) ** 2 + (position[1] - centres[2 * j + 1]) ** 2 + 1e-12)
+            for j in range(m)
+        ]
+    )
 
 
 def cubic_bspline_basis(t: Any) -> Any:
@@ -200,9 +221,11 @@ def _gather_coefficients(cells: Any, coeffs: Any, n: int, cols: int) -> Any:
 
 @dataclass
 class CondensedNLP:
-    """min_U |r(X(U), U)|^2  s.t.  lbg <= g(U) = [rates (2N); clearance (K N)] <= ubg,  lbu <= U <= ubu.
+    """min_U |r(X(U), U)|^2  s.t.  lbg <= g(U) = [rates (2N); clearance ((K + M) N)] <= ubg,  lbu <= U <= ubu.
 
-    The clearance rows are knot-major: row k K + d is disc d at knot k + 1 (K covering discs of the footprint).
+    The clearance rows are knot-major: row k (K + M) + d is, for d < K, covering disc d of the footprint at knot k + 1
+    on the ESDF's spline, and for d = K + j the distance from the robot's centre to moving obstacle j's predicted
+    centre at knot k + 1 (`_obstacle_distances`; M = 0 without moving obstacles).
 
     X(U) = (x_1..x_N) is the rollout x_{k+1} = F(x_k, u_k) from the current state x_0. With S = dX/dU (the rollout's
     sensitivity, by the forward recursion S_{k+1} = A_k S_k + B_k e_k, A_k, B_k = dF/dx, dF/du at stage k) and the
@@ -217,7 +240,7 @@ class CondensedNLP:
     derivative is a small SX function applied with CasADi's `map`/`mapaccum`, so the compiled code is a few loops:
     unrolled over the horizon it was ~1.5 MB of C (20 s to build, and slow from cold caches).
 
-    Functions (inputs x = vec(U) (2N), p; lam_g ((2 + K) N) where stated):
+    Functions (inputs x = vec(U) (2N), p; lam_g ((2 + K + M) N) where stated):
     `check` (+ lam_g) -> f, g, grad_x (f + lam_g^T g): the convergence test (no S);
     `eval` -> grad_f, jac_g^T, S^T, and the terminal residuals' Jacobian (3 x 3, for Gauss-Newton), before a QP;
     `hess_w` (+ lam_g) -> the blocks of H_w: hxx (3 x 3N, x_1..x_N), hxu (3 x 2N, x_k with u_k), huu (2 x 2N, u_k);
@@ -231,7 +254,8 @@ class CondensedNLP:
     hess_u: np.ndarray
     w_track: float
     nlp: dict[str, Any]
-    discs: int = 1
+    discs: int = 1  # clearance rows per knot: K covering discs + M moving obstacles
+    obstacles: int = 0
 
     @property
     def nx(self) -> int:
@@ -243,13 +267,19 @@ class CondensedNLP:
 
 
 def condensed(
-    n: int, dt: float, grid_shape: tuple[int, int], weights: CostWeights, disc_offsets: Any = ((0.0, 0.0),)
+    n: int,
+    dt: float,
+    grid_shape: tuple[int, int],
+    weights: CostWeights,
+    disc_offsets: Any = ((0.0, 0.0),),
+    moving_obstacles: int = 0,
 ) -> CondensedNLP:
     """The condensed NLP; `disc_offsets` (K, 2): the covering discs' centres in the robot frame (radii enter as the
-    clearance rows' lower bounds, `SQPMPC`)."""
+    clearance rows' lower bounds, `SQPMPC`); `moving_obstacles` M: slots for predicted obstacle centres per knot."""
     offsets = _check_offsets(disc_offsets)
-    k_discs = offsets.shape[0]
-    layout = ParamLayout(n, grid_shape)
+    k_discs, m = offsets.shape[0], int(moving_obstacles)
+    k_rows = k_discs + m
+    layout = ParamLayout(n, grid_shape, m)
     rows, cols = layout.spline_shape
     w = weights
 
@@ -266,28 +296,28 @@ def condensed(
     l_k = ca.SX.sym("l", 3)
     adjoint_step = ca.Function("mpc_adjoint_step", [a, l_k, a_k], [l_k + a_k.T @ a])
     bta = ca.Function("mpc_bta", [b_k, a], [b_k.T @ a])
-    dcs = ca.SX.sym("dc", 3, k_discs)
+    dcs = ca.SX.sym("dc", 3, k_rows)
     jac_row = ca.Function("mpc_jac_row", [dcs, s_k], [dcs.T @ s_k])
 
-    # Per knot: tracking cost and the K discs' spline clearances at x_k, with derivatives in x_k (c16: the 16 gathered
-    # coefficients of each disc, stacked).
+    # Per knot: tracking cost, the K discs' spline clearances at x_k and the M moving obstacles' distances, with
+    # derivatives in x_k (c16: the 16 gathered coefficients of each disc, stacked; obs: the M predicted centres).
     geom, ref_k = ca.SX.sym("geom", 5), ca.SX.sym("ref", 2)
-    c16, lam_c = ca.SX.sym("c16", 16 * k_discs), ca.SX.sym("lam_c", k_discs)
+    c16, lam_c = ca.SX.sym("c16", 16 * k_discs), ca.SX.sym("lam_c", k_rows)
+    obs_k = [ca.SX.sym("obs", 2 * m)] if m else []
     hk = {"origin": geom[0:2], "rot": geom[2:4], "inv_res": geom[4]}
     q = [_spline_coordinates(c, hk, layout.spline_shape) for c in _disc_centres(xs, offsets)]
     clearance = ca.vertcat(*[_spline_clearance(qx, qy, c16[16 * d : 16 * d + 16]) for d, (qx, qy) in enumerate(q)])
+    if m:
+        clearance = ca.vertcat(clearance, _obstacle_distances(xs, obs_k[0], m))
     cell = ca.vertcat(*[ca.floor(qx) + cols * ca.floor(qy) for qx, qy in q])
     f_track = w.w_track * ca.sumsqr(xs[0:2] - ref_k)
+    knot_in = [xs, c16, geom, ref_k, *obs_k]
     knot_cell = ca.Function("mpc_knot_cell", [xs, geom], [cell])
-    knot_val = ca.Function("mpc_knot_val", [xs, c16, geom, ref_k], [f_track, clearance])
+    knot_val = ca.Function("mpc_knot_val", knot_in, [f_track, clearance])
     knot_grad = ca.Function(
-        "mpc_knot_grad",
-        [xs, c16, geom, ref_k],
-        [f_track, clearance, ca.gradient(f_track, xs), ca.jacobian(clearance, xs).T],
+        "mpc_knot_grad", knot_in, [f_track, clearance, ca.gradient(f_track, xs), ca.jacobian(clearance, xs).T]
     )
-    knot_hess = ca.Function(
-        "mpc_knot_hess", [xs, c16, geom, ref_k, lam_c], [ca.hessian(f_track + ca.dot(lam_c, clearance), xs)[0]]
-    )
+    knot_hess = ca.Function("mpc_knot_hess", [*knot_in, lam_c], [ca.hessian(f_track + ca.dot(lam_c, clearance), xs)[0]])
 
     # Terminal: goal position and heading; controls: effort and rate smoothness (quadratic in U).
     goal, h_on = ca.SX.sym("goal", 3), ca.SX.sym("heading_on")
@@ -324,32 +354,33 @@ def condensed(
     rates_jac = np.array(ca.evalf(ca.densify(ca.jacobian(rates, u_vec))))
 
     # --- the MX graphs -------------------------------------------------------------------------------------------
-    um, p, lam = ca.MX.sym("x", 2 * n), ca.MX.sym("p", layout.size), ca.MX.sym("lam_g", (2 + k_discs) * n)
+    um, p, lam = ca.MX.sym("x", 2 * n), ca.MX.sym("p", layout.size), ca.MX.sym("lam_g", (2 + k_rows) * n)
     head, coeffs = p[: layout.head_size], p[layout.head_size :]
-    h = _unpack_head(head, n)
+    h = _unpack_head(head, n, m)
     geom_m = ca.vertcat(h["origin"], h["rot"], h["inv_res"])
     U = ca.reshape(um, 2, n)
     x1 = step.mapaccum("mpc_rollout_acc", n)(h["state"], U)  # (3, N): x_1..x_N
     x_prev = ca.horzcat(h["state"], x1[:, : n - 1])  # x_0..x_{N-1}
     cells = ca.reshape(knot_cell.map(n)(x1, geom_m), 1, k_discs * n)  # knot-major (disc fastest)
     c16_all = ca.reshape(_gather_coefficients(cells, coeffs, k_discs * n, cols), 16 * k_discs, n)
-    lam_rates, lam_clr = lam[: 2 * n], ca.reshape(lam[2 * n :], k_discs, n)
+    lam_rates, lam_clr = lam[: 2 * n], ca.reshape(lam[2 * n :], k_rows, n)
+    knots = [x1, c16_all, geom_m, h["ref"]] + ([h["obstacles"]] if m else [])
 
     # values only (the merit and the convergence test's f, g)
-    ft_v, clr_v = knot_val.map(n)(x1, c16_all, geom_m, h["ref"])
+    ft_v, clr_v = knot_val.map(n)(*knots)
     fu_v, rates_v, dfu_v, _ = controls(U, h["u_prev"], ca.MX.zeros(2 * n))
     f_val = ca.sum2(ft_v) + terminal(x1[:, n - 1], h["goal"], h["heading_on"])[0] + fu_v
     g_val = ca.vertcat(rates_v, ca.vec(clr_v))
     # first and second derivatives
-    _, _, dft, dclr = knot_grad.map(n)(x1, c16_all, geom_m, h["ref"])  # (3, N), (3, K N)
+    _, _, dft, dclr = knot_grad.map(n)(*knots)  # (3, N), (3, (K + M) N)
     _, dfT, d2fT, jT = terminal(x1[:, n - 1], h["goal"], h["heading_on"])
     _, _, dfu, dlam_rates = controls(U, h["u_prev"], lam_rates)
     a_all, b_all = stage_ab.map(n)(x_prev, U)  # A_0..A_{N-1} (3 x 3N), B_0..B_{N-1} (3 x 2N)
     # dl/dx_k for the adjoint: tracking + terminal + lam_clr clearance
     terminal_col = ca.horzcat(ca.MX.zeros(3, n - 1), dfT)
-    weighted = dclr * ca.repmat(ca.reshape(lam_clr, 1, k_discs * n), 3, 1)  # lam_kd dc_kd/dx_k, (3, K N)
-    if k_discs > 1:  # sum each knot's K discs
-        weighted = ca.mtimes(weighted, ca.DM(np.kron(np.eye(n), np.ones((k_discs, 1)))))
+    weighted = dclr * ca.repmat(ca.reshape(lam_clr, 1, k_rows * n), 3, 1)  # lam_kd dc_kd/dx_k, (3, (K + M) N)
+    if k_rows > 1:  # sum each knot's K + M rows
+        weighted = ca.mtimes(weighted, ca.DM(np.kron(np.eye(n), np.ones((k_rows, 1)))))
     l_x = dft + terminal_col + weighted
     # backward recursion over k = N..1 with A_N = 0 (x_N feeds no stage)
     a_rev = ca.horzcat(ca.MX.zeros(3, 3), _reverse_blocks(a_all, n, 3)[:, : 3 * (n - 1)])  # A_N := 0, A_{N-1}..A_1
@@ -363,12 +394,12 @@ def condensed(
     sens = ca.vertcat(*ca.horzsplit(s_rows, 2 * n))  # (3N, 2N)
     grad_x = dft + terminal_col  # df/dx_k
     grad_f = dfu_v + ca.mtimes(sens.T, ca.vec(grad_x))
-    jac_blocks = jac_row.map(n)(dclr, s_rows)  # [dc_1^T S_1 .. dc_N^T S_N], (K, 2N) each
-    jac_clr = ca.reshape(jac_blocks, 2 * n, n).T if k_discs == 1 else ca.vertcat(*ca.horzsplit(jac_blocks, 2 * n))
+    jac_blocks = jac_row.map(n)(dclr, s_rows)  # [dc_1^T S_1 .. dc_N^T S_N], (K + M, 2N) each
+    jac_clr = ca.reshape(jac_blocks, 2 * n, n).T if k_rows == 1 else ca.vertcat(*ca.horzsplit(jac_blocks, 2 * n))
     jac_g = ca.vertcat(ca.DM(rates_jac), jac_clr)
 
     # Hessian blocks of H_w: per x_k (k = 1..N), x_k-u_k (k = 1..N-1), per u_k (k = 0..N-1).
-    hxx_knot = knot_hess.map(n)(x1, c16_all, geom_m, h["ref"], lam_clr)
+    hxx_knot = knot_hess.map(n)(*knots, lam_clr)
     hxx_knot += ca.horzcat(ca.MX.zeros(3, 3 * (n - 1)), d2fT)
     cxx, cxu, cuu = stage_curv.map(n)(x_prev, U, adj)  # stage j weighted by a_{j+1} (= -mu_j)
     hxx = hxx_knot + ca.horzcat(cxx[:, 3:], ca.MX.zeros(3, 3))  # stage j >= 1 acts on x_j; x_N feeds none
@@ -388,13 +419,13 @@ def condensed(
     }
     functions = {k: ca.Function(f"mpc_{k}", ins, outs, i_n, o_n) for k, (ins, outs, i_n, o_n) in graphs.items()}
     head_sx = ca.SX.sym("head", layout.head_size)
-    hx = _unpack_head(head_sx, n)
+    hx = _unpack_head(head_sx, n, m)
     u_sx = ca.SX.sym("u", 2 * n)
     functions["rollout"] = ca.Function(
         "mpc_rollout", [u_sx, head_sx], [_rollout(hx["state"], ca.reshape(u_sx, 2, n), dt)], ["x", "head"], ["states"]
     )
     nlp = {"x": um, "p": p, "f": f_val, "g": g_val}
-    return CondensedNLP(n, layout, functions, hess_u, w.w_track, nlp, k_discs)
+    return CondensedNLP(n, layout, functions, hess_u, w.w_track, nlp, k_rows, m)
 
 
 def _reverse_cols(m: Any, n: int) -> Any:
