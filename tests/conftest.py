@@ -79,6 +79,7 @@ UNIT = {
     "test_sim_world",
     "test_theory_assoc",
     "test_theory_bigram",
+    "test_tracking",
     "test_theory_cam",
     "test_theory_factual",
     "test_theory_scaling",

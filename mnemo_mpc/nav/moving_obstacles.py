@@ -67,15 +67,17 @@ class MovingObstacleConfig:
                 )
 
 
-class MovingObstacles:
-    """Per-step detector and reachable-set inflation (module docstring). `update` takes each step's grid with the
-    time and returns the grid to plan on."""
+class FreeRuns:
+    """Per cell of a rolling window, the start and end time of its latest run of "free" readings, kept on the first
+    grid's lattice (module docstring): the history the detector and the tracker (`nav.tracking`) judge an occupied
+    cell by -- a cell free for a while that reads occupied now was entered by something.
 
-    def __init__(self, config: MovingObstacleConfig, reach_m: float) -> None:
-        if not (is_real(reach_m) and reach_m >= 0):
-            raise InputError(f"MovingObstacles.reach_m: expected metres >= 0, got {reach_m!r}")
-        self.config = config
-        self.reach_m = float(reach_m)
+    `update(grid, now)` returns the runs as they stood before `grid` (what its occupied cells were before), moved onto
+    its window, and records `grid`'s free cells. A grid off the first one's lattice restarts the history (`restarted`
+    is then True for that update); a rotated window returns None (its cells are not the map's rows and columns)."""
+
+    def __init__(self, free_value: int) -> None:
+        self.free_value = int(free_value)
         self.reset()
 
     def reset(self) -> None:
@@ -85,18 +87,17 @@ class MovingObstacles:
         # free then, the run goes on)
         self._runs: np.ndarray | None = None  # (2, H, W): start, end
         self._last_update = math.nan  # time of the last update (none yet: every free cell starts a run)
-        self._evidence: list[tuple[float, np.ndarray]] = []  # (time, global (row, col) cells)
-        self._detected: list[tuple[float, np.ndarray]] = []  # (time of last evidence, global cells of the cluster)
-        self.last_detections = 0
+        self.restarted = True
 
-    def update(self, grid: OccupancyGrid, now: float) -> OccupancyGrid:
-        """The grid to plan on at time `now` [s]: `grid` with the reachable set of the moving obstacles seen so far
-        marked occupied (`grid` itself when there are none)."""
-        cfg, res = self.config, grid.resolution
+    def update(self, grid: OccupancyGrid, now: float) -> tuple[np.ndarray, np.ndarray, tuple[int, int]] | None:
+        """(start, end) of each cell's free run before `grid`, and the window's corner (row, col) on the lattice;
+        None for a rotated window (the history is dropped)."""
+        res = grid.resolution
         ox, oy, yaw = grid.origin
-        if yaw != 0.0:  # a rotated window's cells are not the map's rows and columns
+        if yaw != 0.0:
             self.reset()
-            return grid
+            return None
+        self.restarted = self._frame is None
         col0 = row0 = 0.0
         if self._frame is not None:
             col0, row0 = (ox - self._frame[1]) / res, (oy - self._frame[2]) / res
@@ -106,22 +107,13 @@ class MovingObstacles:
         if self._frame is None:
             self._frame = (res, ox, oy)
         corner = (int(round(row0)), int(round(col0)))
-        free = (grid.data >= 0) & (grid.data <= cfg.free_value)
-        start, end = self._shifted_runs(corner, grid.shape)
-        evidence = grid.occupied_mask() & (now - end <= cfg.grace_s + 1e-9) & (end - start >= cfg.free_before_s - 1e-9)
+        free = (grid.data >= 0) & (grid.data <= self.free_value)
+        before, ended = self._shifted_runs(corner, grid.shape)
         # A run starts where the last update did not read free (its run ended before then)
-        start = np.where(free & (end != self._last_update), now, start)
-        end = np.where(free, now, end)
+        start = np.where(free & (ended != self._last_update), now, before)
+        end = np.where(free, now, ended)
         self._runs, self._corner, self._last_update = np.stack([start, end]), corner, now
-        if np.any(evidence):
-            self._evidence.append((now, np.argwhere(evidence) + np.asarray(corner)))
-        self._evidence = [(t, c) for t, c in self._evidence if now - t <= cfg.window_s + 1e-9]
-        self._detect(now)
-        self._detected = [(t, c) for t, c in self._detected if now - t <= cfg.hold_s + 1e-9]
-        self.last_detections = len(self._detected)
-        if not self._detected:
-            return grid
-        return self._inflate(grid, corner)
+        return before, ended, corner
 
     def _shifted_runs(self, corner: tuple[int, int], shape: tuple[int, int]) -> np.ndarray:
         """The previous window's free runs (start, end), moved onto this window; cells new to it have none (start
@@ -136,6 +128,46 @@ class MovingObstacles:
         if r0 < r1 and c0 < c1:
             runs[:, r0:r1, c0:c1] = self._runs[:, r0 + dr : r1 + dr, c0 + dc : c1 + dc]
         return runs
+
+
+class MovingObstacles:
+    """Per-step detector and reachable-set inflation (module docstring). `update` takes each step's grid with the
+    time and returns the grid to plan on."""
+
+    def __init__(self, config: MovingObstacleConfig, reach_m: float) -> None:
+        if not (is_real(reach_m) and reach_m >= 0):
+            raise InputError(f"MovingObstacles.reach_m: expected metres >= 0, got {reach_m!r}")
+        self.config = config
+        self.reach_m = float(reach_m)
+        self._runs = FreeRuns(config.free_value)
+        self.reset()
+
+    def reset(self) -> None:
+        self._runs.reset()
+        self._evidence: list[tuple[float, np.ndarray]] = []  # (time, global (row, col) cells)
+        self._detected: list[tuple[float, np.ndarray]] = []  # (time of last evidence, global cells of the cluster)
+        self.last_detections = 0
+
+    def update(self, grid: OccupancyGrid, now: float) -> OccupancyGrid:
+        """The grid to plan on at time `now` [s]: `grid` with the reachable set of the moving obstacles seen so far
+        marked occupied (`grid` itself when there are none)."""
+        cfg = self.config
+        runs = self._runs.update(grid, now)
+        if runs is None or self._runs.restarted:  # a new lattice: what was seen on the old one is dropped
+            self._evidence, self._detected, self.last_detections = [], [], 0
+        if runs is None:
+            return grid
+        start, end, corner = runs
+        evidence = grid.occupied_mask() & (now - end <= cfg.grace_s + 1e-9) & (end - start >= cfg.free_before_s - 1e-9)
+        if np.any(evidence):
+            self._evidence.append((now, np.argwhere(evidence) + np.asarray(corner)))
+        self._evidence = [(t, c) for t, c in self._evidence if now - t <= cfg.window_s + 1e-9]
+        self._detect(now)
+        self._detected = [(t, c) for t, c in self._detected if now - t <= cfg.hold_s + 1e-9]
+        self.last_detections = len(self._detected)
+        if not self._detected:
+            return grid
+        return self._inflate(grid, corner)
 
     def _detect(self, now: float) -> None:
         if not self._evidence:
