@@ -61,6 +61,10 @@ UPPER_BOUNDS: dict[str, float] = {
 SECTIONS = ("dynamics", "sensor")
 
 
+# How the controller meets moving obstacles (`NavParams.moving_prediction`).
+MOVING_PREDICTION = ("track", "reach")
+
+
 def param(default: Any, description: str, section: str | None = None) -> Any:
     """A parameter field: its default, the description the node declares it with, and its profile section."""
     return field(default=default, metadata={"description": description, "section": section})
@@ -181,6 +185,12 @@ class NavParams:
         "'full': SQP iterations to convergence (up to max_iter) each tick; 'rti': one iteration per tick from the "
         "start (real-time iteration), its iterate sent when it keeps the footprint collision-free",
     )
+    moving_prediction: str = param(
+        "reach",
+        "moving obstacles: 'track' (tracked from the grids, met as predicted over the horizon: the MPC's "
+        "time-varying constraints) or 'reach' (detected only: the room they can cover while the robot stops is "
+        "marked occupied)",
+    )
     # The robot as it really moves (issue 24; mnemo_mpc.sim.realism simulates it, `mnemo-mpc identify` measures it). The
     # controller predicts over the latency and inverts the lags when compensate_dynamics is on; 0 / 1: ideal.
     compensate_dynamics: bool = param(
@@ -257,6 +267,10 @@ class NavParams:
             )
         if self.sqp_mode not in SQP_MODES:
             raise InputError(f"parameter sqp_mode: expected one of {SQP_MODES}, got {self.sqp_mode!r}")
+        if self.moving_prediction not in MOVING_PREDICTION:
+            raise InputError(
+                f"parameter moving_prediction: expected one of {MOVING_PREDICTION}, got {self.moving_prediction!r}"
+            )
         if self.sqp_method not in ("sqp", "sqpmethod"):
             raise InputError(f"parameter sqp_method: expected 'sqp' or 'sqpmethod', got {self.sqp_method!r}")
         if self.unknown_policy not in ("occupied", "free"):
@@ -401,6 +415,7 @@ class NavParams:
     def controller_config(self, **overrides: Any) -> Any:
         """The controller settings these parameters describe (warm start resolved by the caller: `build`)."""
         from mnemo_mpc.nav.controller import ControllerConfig
+        from mnemo_mpc.nav.prediction import PredictionConfig
 
         values = {
             "goal_tolerance_m": self.goal_tolerance_m,
@@ -408,6 +423,7 @@ class NavParams:
             "unknown_policy": self.unknown_policy,
             "actuation": self.actuation(),
             "sqp_mode": self.sqp_mode,
+            "tracking": PredictionConfig() if self.moving_prediction == "track" else None,
         }
         return ControllerConfig(**{**values, **overrides})
 

@@ -83,7 +83,7 @@ def test_parked_slots_leave_the_plan_as_without_them(mpc):
     assert a.success and b.success and c.success
     np.testing.assert_allclose(b.controls, a.controls, atol=1e-6)
     np.testing.assert_allclose(c.controls, a.controls, atol=1e-6)
-    assert b.moving_clearance is None and b.feasible
+    assert b.moving_slack is None and b.feasible
     assert mpc.duals_size == (2 * 30 + 3 * 30, 60)
 
 
@@ -111,11 +111,32 @@ def test_the_robot_passes_behind_a_crossing_obstacle(mpc):
     assert gaps.min() < 0
 
 
+def test_an_obstacle_faster_than_the_robot_can_escape_leaves_a_feasible_problem(mpc):
+    """Head-on at 1.2 m/s from 0.9 m: no motion keeps the full margin. The rows are capped at what braking keeps, so
+    the solve still converges, and its plan is at least as far from the obstacle as braking at every knot (here it
+    backs away or turns aside: farther than braking somewhere). With the full bound the problem is infeasible."""
+    n, dt = mpc.config.N, mpc.config.dt
+    state, velocity = np.array([0.0, 0.0, 0.0]), np.array([0.4, 0.0])
+    t = dt * np.arange(1, n + 1)
+    centres = np.stack([0.9 - 1.2 * t, np.zeros(n)], axis=1)[:, None, :]
+    obstacles = PredictedObstacles(centres, np.full((n, 1), OBSTACLE_R))
+    field, goal = open_field(), np.array([1.8, 0.0, 0.0])
+    plan = mpc.solve(field, state, velocity, goal, obstacles=obstacles)
+    assert plan.success and plan.feasible, plan.status
+    brake = ROBOT.rollout(state, mpc._braking_controls(velocity), dt)[1:, :2]
+    kept = np.hypot(*(brake - centres[:, 0]).T)
+    got = np.hypot(*(plan.states[1:, :2] - centres[:, 0]).T)
+    assert np.all(got >= np.minimum(kept, ROBOT.radius + OBSTACLE_R + ROBOT.safety_margin) - 1e-3)
+    assert np.any(got > kept + 0.05)
+    full = ROBOT.radius + OBSTACLE_R + ROBOT.safety_margin
+    assert np.any(kept < full)  # the full bound cannot be met by braking: the cap is what makes this feasible
+
+
 def test_a_plan_too_close_to_a_predicted_obstacle_is_not_feasible():
     fields = dict(states=np.zeros((2, 3)), controls=np.zeros((1, 2)), iterations=1, time_s=0.0, status="converged",
                   success=True, cost=0.0, max_dynamics_violation=0.0, min_clearance=1.0, start="cold")  # fmt: skip
-    assert PlanResult(**fields, moving_clearance=0.05, moving_margin=0.05).feasible
-    assert not PlanResult(**fields, moving_clearance=0.03, moving_margin=0.05).feasible
+    assert PlanResult(**fields, moving_slack=0.0).feasible and PlanResult(**fields).feasible
+    assert not PlanResult(**fields, moving_slack=-0.02).feasible
 
 
 def test_bad_moving_obstacle_inputs_are_named(mpc):

@@ -15,6 +15,7 @@ from typing import Any
 
 from mnemo_mpc.commands import _args
 from mnemo_mpc.errors import InputError
+from mnemo_mpc.profile import MOVING_PREDICTION
 from mnemo_mpc.warmstart import MODES, SQP_MODES
 
 # Keys of one scenario: the required ones, then the optional ones ("name" and "source" describe it for people).
@@ -50,6 +51,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="the controller without the drive's compensation and footprint clearing (commands assumed to act at "
         "once, the grid as given): the baseline the realistic rows are compared with",
+    )
+    p.add_argument(
+        "--moving-prediction",
+        choices=MOVING_PREDICTION,
+        default=None,
+        help="moving obstacles tracked and met as predicted over the horizon (track), or only detected, the room "
+        "they can cover marked occupied (reach) (default: the profile's moving_prediction, reach)",
     )
     p.add_argument("--out", required=True, help="result JSON")
     p.add_argument("--no-progress", action="store_true")
@@ -216,6 +224,10 @@ def handler(args: argparse.Namespace) -> int:
     episodes, all_iters, all_times, starts = [], [], [], {}
     step_ms_by_family: dict[str, list[float]] = {}
     plain = {"actuation": None, "clear_footprint": False} if args.plain_controller else {}
+    if args.moving_prediction is not None:
+        from mnemo_mpc.nav.prediction import PredictionConfig
+
+        plain["tracking"] = PredictionConfig() if args.moving_prediction == "track" else None
     controller = warmstart_controller(args, setup, goal_tolerance_m=setup.goal_tolerance(args.goal_tolerance), **plain)
     # The controller's per-step notes (starts blocked by moving obstacles, recoveries) are counted, not printed into
     # the progress bar; one line sums them up after the episodes (`_logs.episode_notes`; `mnemo-mpc -v` prints each).
@@ -250,6 +262,7 @@ def handler(args: argparse.Namespace) -> int:
             "moving_obstacles": args.moving_obstacles if args.worlds is not None else None,
             "global_path": not args.no_global_path,
             "plain_controller": args.plain_controller,
+            "moving_prediction": "track" if controller.config.tracking is not None else "reach",
             "map": args.map,
             "scenarios": args.scenarios,
         },

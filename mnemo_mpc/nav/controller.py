@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -51,15 +51,17 @@ from mnemo_mpc.nav.maneuver import Maneuver, plan_maneuver
 from mnemo_mpc.nav.modes import MODES, SQP_MODES
 from mnemo_mpc.nav.moving_obstacles import MovingObstacleConfig, MovingObstacles, stopping_reach
 from mnemo_mpc.nav.own_path import OwnPath
+from mnemo_mpc.nav.prediction import PredictionConfig, near_tracks, predicted_obstacles, without_tracks
 from mnemo_mpc.nav.prefetch import Prefetcher, Targets, next_context
 from mnemo_mpc.nav.recovery import Behaviour, ProgressChecker
 from mnemo_mpc.nav.reference import regulated_speed, subgoal_and_reference, visible_subgoal
 from mnemo_mpc.nav.rotation_shim import RotationShim, ShimConfig
 from mnemo_mpc.nav.step_inputs import check_step_inputs
+from mnemo_mpc.nav.tracking import Track, Tracker
 from mnemo_mpc.planning.esdf import UNKNOWN_POLICIES, DistanceField
 from mnemo_mpc.planning.global_path import inflation_radius
 from mnemo_mpc.planning.grid import OccupancyGrid
-from mnemo_mpc.planning.mpc import SQPMPC, MPCConfig, PlanResult, WarmStart
+from mnemo_mpc.planning.mpc import SQPMPC, MPCConfig, PlanResult, PredictedObstacles, WarmStart
 from mnemo_mpc.planning.robot import RobotModel
 
 log = logging.getLogger(__name__)
@@ -129,6 +131,10 @@ class ControllerConfig:
     # Moving obstacles detected in the grids get the room they can cover while the robot stops
     # (mnemo_mpc.nav.moving_obstacles); None: the MPC sees every grid as a still world
     moving_obstacles: MovingObstacleConfig | None = field(default_factory=MovingObstacleConfig)
+    # Moving obstacles tracked (mnemo_mpc.nav.tracking) and met as predicted over the horizon: their cells out of the
+    # grid, their predicted centres in the MPC's time-varying constraints (mnemo_mpc.nav.prediction); the detector
+    # above keeps guarding what moves but is not tracked yet. None: the detector alone.
+    tracking: PredictionConfig | None = None
     # The drive's latency and lags, compensated (mnemo_mpc.nav.actuation); None: commands act at once, as planned
     actuation: ActuationModel | None = None
     # The robot's own cells known free (mnemo_mpc.nav.clearing); False: the grid as given
@@ -200,6 +206,10 @@ class ControllerConfig:
             raise InputError(
                 f"ControllerConfig.actuation: expected an ActuationModel or None, got {type(self.actuation).__name__}"
             )
+        if self.tracking is not None and not isinstance(self.tracking, PredictionConfig):
+            raise InputError(
+                f"ControllerConfig.tracking: expected a PredictionConfig or None, got {type(self.tracking).__name__}"
+            )
         if self.rotation_shim is not None and not isinstance(self.rotation_shim, ShimConfig):
             raise InputError(
                 "ControllerConfig.rotation_shim: expected a ShimConfig or None, got "
@@ -227,6 +237,8 @@ class ControlOutput:
     warm_start: WarmStart | None = None  # the start the solve was given (None = cold)
     # (x, y, yaw, v, w) the step planned from: the measurement predicted to when the command acts (nav.actuation)
     start_state: np.ndarray | None = None
+    tracks: tuple[Track, ...] = ()  # the confirmed tracks of this step's grid (ControllerConfig.tracking)
+    predicted: PredictedObstacles | None = None  # those the MPC was constrained against, over its horizon
 
 
 def _vector(value: object, size: int, name: str) -> np.ndarray:
@@ -250,8 +262,15 @@ class Controller:
         warm_start_provider: WarmStartProvider | None = None,
     ) -> None:
         self.robot = robot or RobotModel()
-        self.mpc_config = mpc_config or MPCConfig()
         self.config = config or ControllerConfig()
+        self.mpc_config = mpc_config or MPCConfig()
+        self._tracker: Tracker | None = None
+        if self.config.tracking is not None:
+            self._tracker = Tracker(self.config.tracking.tracker)
+            self.mpc_config = replace(self.mpc_config, moving_obstacles=self.config.tracking.slots)
+        self._tracks: list[Track] = []
+        self._predicted: PredictedObstacles | None = None
+        self._lead_s = 0.0  # from the grid's measurement to the start state the step plans from
         self.warm_start_provider = warm_start_provider
         if self.config.warm_start in ("learned", "hybrid") and warm_start_provider is None:
             raise InputError(f"Controller: warm_start {self.config.warm_start!r} needs a warm-start provider (a model)")
@@ -319,6 +338,9 @@ class Controller:
         self._goal_changed = True
         if self._moving is not None:
             self._moving.reset()
+        if self._tracker is not None:
+            self._tracker.reset()
+        self._tracks, self._predicted = [], None
         if self._prefetch is not None:
             self._prefetch.clear()
 
@@ -391,6 +413,7 @@ class Controller:
             raise InputError(f"Controller.step.now_s: expected a finite time in seconds, got {now_s!r}")
         t_now = self._clock if now_s is None else float(now_s)
         act, history = self._actuation, self._history
+        self._lead_s = float(observation_age_s) + (act.latency_s if act is not None else 0.0)
         if act is not None and history is not None:
             start_pose, start_vel = history.predict(pose, velocity, t_now - observation_age_s, t_now + act.latency_s)
         else:
@@ -400,6 +423,7 @@ class Controller:
             grid = clear_robot_cells(grid, self.robot, pose, reach, also_unknown_at=start_pose[None])
         out = self._plan(grid, start_pose, start_vel, goal, global_path, max_iter, t0)
         out.start_state = np.concatenate([start_pose, start_vel])
+        out.tracks, out.predicted = tuple(self._tracks), self._predicted
         if self._prefetch is not None:
             self._prefetch_next(out)
         if act is not None and history is not None:
@@ -429,11 +453,21 @@ class Controller:
         self._track_goal(goal, pose)
         now = self._clock
         self._clock += self.mpc_config.dt
-        # Planned on from here: the grid with the room moving obstacles can cover marked (nav.moving_obstacles); the
-        # own path's memory takes what was seen.
+        # Planned on from here: tracked obstacles out of the grid and predicted (nav.prediction), the room the
+        # untracked ones can cover marked (nav.moving_obstacles); the own path's memory takes what was seen.
         seen = grid
+        self._tracks, self._predicted, guard = [], None, None
+        if self._tracker is not None:
+            self._tracks = self._tracker.update(grid, now)
+            guard = near_tracks(grid, self._tracks, self.config.tracking.track_guard_m)
         if self._moving is not None:
-            grid = self._moving.update(grid, now)
+            grid = self._moving.update(grid, now, ignore=guard)
+        if self._tracks:
+            grid = without_tracks(grid, self._tracks)
+            n, dt = self.mpc_config.N, self.mpc_config.dt
+            self._predicted = predicted_obstacles(
+                self._tracks, pose, self.robot, n, dt, self._lead_s, self.config.tracking
+            )
 
         if float(np.hypot(*(goal[:2] - pose[:2]))) <= self.config.goal_tolerance_m:
             # Zero command, reached as fast as the acceleration limits allow (exactly zero once at rest).
@@ -471,7 +505,7 @@ class Controller:
                 )
         context = WarmStartContext(field_, pose, velocity, np.asarray(subgoal, dtype=float), reference)
         warm, source = self._warm_start(context)
-        plan, solve_error = self._solve(context, warm, source, margin, max_iter, now)
+        plan, solve_error = self._solve(context, warm, source, margin, max_iter, now, self._predicted)
         command, status, flags = self._command(plan, field_, pose, velocity, margin)
         return ControlOutput(
             command=command,
@@ -541,6 +575,7 @@ class Controller:
         margin: float,
         max_iter: int | None,
         now: float,
+        obstacles: PredictedObstacles | None = None,
     ) -> tuple[PlanResult | None, str | None]:
         """The SQP from the chosen start (one iteration in RTI, without the fallback solver); (plan, error) where a
         start in collision starts the blocked clock and an infeasible problem is logged."""
@@ -559,6 +594,7 @@ class Controller:
                 start_label=source,
                 margin=margin,
                 use_fallback=not rti,
+                obstacles=obstacles,
             )
         except StartInCollisionError as exc:
             if self._blocked_since is None:
@@ -584,7 +620,7 @@ class Controller:
         iterate whose horizon keeps the footprint clear; else a fallback (`_fallback`), and a refused RTI iterate is
         kept for the next tick to go on from. The command is then made finite and within the limits."""
         rti = self.config.sqp_mode == "rti"
-        flags: list[str] = ["moving_obstacle"] if self._moving is not None and self._moving.last_detections else []
+        flags: list[str] = ["moving_obstacle"] if self._moving_in_view() else []
         self._rti_iterate = None
         if plan is not None and plan.success:
             command = plan.controls[0].copy()
@@ -647,6 +683,9 @@ class Controller:
         return np.asarray(tail, dtype=float).reshape(-1, 2)
 
     # --- internals ----------------------------------------------------------------------------------------------
+    def _moving_in_view(self) -> bool:
+        return bool(self._tracks) or (self._moving is not None and bool(self._moving.last_detections))
+
     def _shifted(self) -> WarmStart | None:
         if self._last_plan is None:
             return None
@@ -871,9 +910,21 @@ class Controller:
             controls = np.concatenate([controls, self.braking_tail(controls[-1])])
         states = self.robot.rollout(pose, controls, self.mpc_config.dt)
         mpc = self.mpc(field_.shape)
+        if self._predicted is not None and not self._clear_of_predicted(mpc, states, margin):
+            return False
         return mpc.collision.trajectory_clearance(field_, states, controls) >= recovery.required_margin(
             mpc, field_, pose, margin
         )
+
+    def _clear_of_predicted(self, mpc: SQPMPC, states: np.ndarray, margin: float | None) -> bool:
+        """Every knot of `states` (from knot 1, as far as the prediction goes) keeps the predicted obstacles at
+        R + R_j(t_k) + margin, as a solve demands: a previous plan made before an obstacle came must not drive into
+        where it is going (mixed-1004 and open-1017 with tracking, before this check)."""
+        pred = self._predicted
+        m = self.robot.safety_margin if margin is None else margin
+        k = min(len(states) - 1, pred.centres.shape[0])
+        gaps = np.hypot(*(states[1 : k + 1, None, :2] - pred.centres[:k]).transpose(2, 0, 1))
+        return bool(np.all(gaps >= mpc.outer_radius + pred.radii[:k] + m - 1e-3))
 
     def _new_goal(self, goal: np.ndarray, pose: np.ndarray) -> bool:
         return not same_goal(goal, self._goal, self.config.goal_tolerance_m, pose)
@@ -924,7 +975,7 @@ class Controller:
         progressed, stuck = self._checker.update(pose, now)
         if progressed:
             self._recoveries, self._next_behaviour = 0, 0
-        waiting = self._moving is not None and bool(self._moving.last_detections)  # for a moving obstacle to pass
+        waiting = self._moving_in_view()  # for a moving obstacle to pass
         if waiting:
             self._still = None
         elif self._still is None or not _stands(pose, self._still[1]):

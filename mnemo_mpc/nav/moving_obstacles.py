@@ -148,9 +148,11 @@ class MovingObstacles:
         self._detected: list[tuple[float, np.ndarray]] = []  # (time of last evidence, global cells of the cluster)
         self.last_detections = 0
 
-    def update(self, grid: OccupancyGrid, now: float) -> OccupancyGrid:
+    def update(self, grid: OccupancyGrid, now: float, ignore: np.ndarray | None = None) -> OccupancyGrid:
         """The grid to plan on at time `now` [s]: `grid` with the reachable set of the moving obstacles seen so far
-        marked occupied (`grid` itself when there are none)."""
+        marked occupied (`grid` itself when there are none). `ignore` (bool, the grid's shape): cells left to someone
+        else -- a tracked obstacle's, which the MPC meets as predicted (`nav.prediction`): no evidence is taken there,
+        and a detection touching them is dropped."""
         cfg = self.config
         runs = self._runs.update(grid, now)
         if runs is None or self._runs.restarted:  # a new lattice: what was seen on the old one is dropped
@@ -159,11 +161,15 @@ class MovingObstacles:
             return grid
         start, end, corner = runs
         evidence = grid.occupied_mask() & (now - end <= cfg.grace_s + 1e-9) & (end - start >= cfg.free_before_s - 1e-9)
+        if ignore is not None:
+            evidence &= ~ignore
         if np.any(evidence):
             self._evidence.append((now, np.argwhere(evidence) + np.asarray(corner)))
         self._evidence = [(t, c) for t, c in self._evidence if now - t <= cfg.window_s + 1e-9]
         self._detect(now)
         self._detected = [(t, c) for t, c in self._detected if now - t <= cfg.hold_s + 1e-9]
+        if ignore is not None and self._detected:
+            self._detected = [(t, c) for t, c in self._detected if not _touches(ignore, c - np.asarray(corner))]
         self.last_detections = len(self._detected)
         if not self._detected:
             return grid
@@ -197,6 +203,13 @@ class MovingObstacles:
         data = grid.data.copy()
         data[reach] = OCCUPIED
         return OccupancyGrid(data, grid.resolution, grid.origin, grid.occupied_thresh, grid.free_thresh)
+
+
+def _touches(mask: np.ndarray, cells: np.ndarray) -> bool:
+    inside = cells[
+        (cells[:, 0] >= 0) & (cells[:, 0] < mask.shape[0]) & (cells[:, 1] >= 0) & (cells[:, 1] < mask.shape[1])
+    ]
+    return bool(inside.size and mask[tuple(inside.T)].any())
 
 
 def stopping_reach(speed_m_s: float, v_max: float, a_max: float, dt: float) -> float:

@@ -11,7 +11,7 @@ The paper's planner: "For each MPC step, one instance of trajectory optimization
           esdf(c_kd) >= r_d + safety_margin (+ a small interpolation buffer),     k = 1..N, d = 1..K
           (c_kd = p_k + R(yaw_k) o_d: the K discs (o_d, r_d) covering the footprint, `collision.robot_discs`; one
           disc of the robot's radius at the centre for a round robot)
-          |p_k - o_j(t_k)| >= R + R_j(t_k) + safety_margin,                      k = 1..N, j = 1..M
+          |p_k - o_j(t_k)| >= min(R + R_j(t_k) + safety_margin, what braking keeps),  k = 1..N, j = 1..M
           (with `MPCConfig.moving_obstacles` = M > 0: moving obstacle j predicted at o_j(t_k) with radius R_j(t_k),
           its own size grown by the prediction's uncertainty (`PredictedObstacles`); R the footprint's outer radius
           about the rotation centre. Time-varying constraints, so the robot may pass where an obstacle *will not be*)
@@ -270,10 +270,9 @@ class PlanResult:
     # the margin it must keep: safety_margin, or less when the start is already inside the margin band.
     footprint_clearance: float | None = None
     required_margin: float = 0.0
-    # With predicted moving obstacles: min over knots 1..N and obstacles of |p_k - o_j(t_k)| - R - R_j(t_k), and the
-    # margin it must keep (the solve's margin). None without them.
-    moving_clearance: float | None = None
-    moving_margin: float = 0.0
+    # With predicted moving obstacles: min over knots 1..N and obstacles of |p_k - o_j(t_k)| less its bound
+    # (`SQPMPC._moving_lower`: R + R_j(t_k) + margin, or what braking keeps where that is less). None without them.
+    moving_slack: float | None = None
 
     @property
     def feasible(self) -> bool:
@@ -282,7 +281,7 @@ class PlanResult:
         predicted moving obstacle as its constraint asks, less 1e-3."""
         if self.max_dynamics_violation > 1e-6:
             return False
-        if self.moving_clearance is not None and self.moving_clearance < self.moving_margin - 1e-3:
+        if self.moving_slack is not None and self.moving_slack < -1e-3:
             return False
         if self.footprint_clearance is None:
             return self.min_clearance >= self.required_clearance - 1e-3
@@ -440,7 +439,8 @@ class SQPMPC:
         every knot. `warm_start` None means the cold start (hold the pose). `use_fallback` False skips the fallback
         solver (`MPCConfig.fallback`) for this solve (a real-time iteration wants its one iterate, not a full solve).
         `obstacles`: moving obstacles predicted over the horizon, kept `margin` away from the footprint's outer circle
-        at every knot (needs `MPCConfig.moving_obstacles` >= their count).
+        at every knot, or as far as braking keeps where that is less (`_moving_lower`; needs
+        `MPCConfig.moving_obstacles` >= their count).
         Returns a PlanResult; a failed solve has `success=False` and finite arrays (the last iterate when finite, else
         the hold-pose guess).
         """
@@ -494,7 +494,8 @@ class SQPMPC:
         _check_goal(field, goal)
         guess, label = self._start(state, warm_start, start_label)
         p = self.parameters(field, state, velocity, goal, reference, obstacles)
-        lbg = self._constraint_lower(self._bound_distances(field, state, disc_d0), margin, obstacles)
+        lbg = self._constraint_lower(self._bound_distances(field, state, disc_d0), margin)
+        moving_bound = None if obstacles is None else self._moving_lower(lbg, state, velocity, margin, obstacles)
         solve = self._solve_sqp if cfg.method == "sqp" else self._solve_sqpmethod
         iters = cfg.max_iter if max_iter is None else max_iter
         out = solve(state, guess, p, lbg, iters)
@@ -516,9 +517,9 @@ class SQPMPC:
         pts = robot.densify(states, controls, cfg.dt, cfg.densify)
         footprint = self.collision.trajectory_clearance(field, states, controls, pts)
         moving = None
-        if obstacles is not None:
+        if moving_bound is not None:
             gaps = np.hypot(*(states[1:, None, :2] - obstacles.centres).transpose(2, 0, 1))
-            moving = float(np.min(gaps - self.outer_radius - obstacles.radii))
+            moving = float(np.min(gaps - moving_bound))
         return PlanResult(
             states=states,
             controls=controls,
@@ -539,8 +540,7 @@ class SQPMPC:
             solver_stats=out.get("stats", {}),
             footprint_clearance=footprint,
             required_margin=self._start_margin(disc_d0, margin),
-            moving_clearance=moving,
-            moving_margin=margin,
+            moving_slack=moving,
         )
 
     # --- internals ----------------------------------------------------------------------------------------------
@@ -556,14 +556,12 @@ class SQPMPC:
         band = np.minimum(disc_d0 - r, min(margin, self.config.band_margin_m))
         return float(np.min(np.where(inside, band, margin)))
 
-    def _constraint_lower(
-        self, disc_d0: np.ndarray, margin: float | None = None, obstacles: PredictedObstacles | None = None
-    ) -> np.ndarray:
+    def _constraint_lower(self, disc_d0: np.ndarray, margin: float | None = None) -> np.ndarray:
         """Lower bounds of g for a start whose covering discs are `disc_d0` from obstacles: r_d + margin + buffer (the
         robot's safety margin unless `margin` is given). A start already inside that band must still have a feasible
         problem: its discs in the band are bounded at r_d + buffer + `MPCConfig.band_margin_m` (room to slow down and
         turn away), never above their current clearance. Clearance rows are knot-major (disc fastest, then the moving
-        obstacles' rows: R + R_j(t_k) + margin + buffer, 0 for a parked slot)."""
+        obstacles' rows, 0 here: a parked slot; `_moving_lower` sets the used ones)."""
         lbg = self._lbg.copy()
         n, k, m = self.config.N, self.discs.shape[0], self.config.moving_obstacles
         margin = self.robot.safety_margin if margin is None else margin
@@ -572,10 +570,37 @@ class SQPMPC:
         band = np.minimum(disc_d0, r + buffer + min(margin, self.config.band_margin_m))
         rows = np.zeros((n, k + m))
         rows[:, :k] = np.where(disc_d0 < need, band, need)
-        if obstacles is not None:
-            rows[:, k : k + obstacles.count] = self.outer_radius + obstacles.radii + margin + buffer
         lbg[-(k + m) * n :] = rows.reshape(-1)
         return lbg
+
+    def _moving_lower(
+        self, lbg: np.ndarray, state: np.ndarray, velocity: np.ndarray, margin: float, obstacles: PredictedObstacles
+    ) -> np.ndarray:
+        """Set the moving obstacles' rows of `lbg` (in place) and return them, (N, M'): R + R_j(t_k) + margin, but
+        never more than braking as hard as the limits allow keeps at knot k (the rows are exact distances: no spline
+        buffer). An obstacle coming at the robot faster than it can get
+        away makes the full bound infeasible at every knot it reaches; capped, the problem stays feasible (braking
+        satisfies it) and the optimiser does at least as well as braking at each knot -- it backs off or turns aside
+        where it can. Without the cap every such step fell back on the previous plan, which drove on into the
+        obstacle (mixed-1004, open-1017)."""
+        n, k, m = self.config.N, self.discs.shape[0], self.config.moving_obstacles
+        need = self.outer_radius + obstacles.radii + margin  # (N, M')
+        brake = self.robot.rollout(state, self._braking_controls(velocity), self.config.dt)[1:, :2]  # (N, 2)
+        kept = np.hypot(*(brake[:, None, :] - obstacles.centres).transpose(2, 0, 1))
+        bound = np.minimum(need, kept)
+        rows = lbg[-(k + m) * n :].reshape(n, k + m)
+        rows[:, k : k + obstacles.count] = bound
+        return bound
+
+    def _braking_controls(self, velocity: np.ndarray) -> np.ndarray:
+        """(N, 2) controls from `velocity` to rest, each step as hard as the rate bounds allow, then at rest."""
+        u = np.clip(np.asarray(velocity, dtype=float), self._u_lower, self._u_upper)
+        step = self.robot.accel_limits * self.config.dt
+        out = np.empty((self.config.N, 2))
+        for i in range(self.config.N):
+            u = np.clip(np.zeros(2), u - step, u + step)
+            out[i] = u
+        return out
 
     def _bound_distances(self, field: DistanceField, state: np.ndarray, disc_d0: np.ndarray) -> np.ndarray:
         """Each disc's clearance now as the constraint rows see it: the lesser of the bilinear field (the checks') and
