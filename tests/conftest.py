@@ -75,6 +75,7 @@ UNIT = {
     "test_rotation_shim",
     "test_sim_data",
     "test_sim_plot",
+    "test_sim_moving_family",
     "test_sim_realism",
     "test_sim_world",
     "test_theory_assoc",

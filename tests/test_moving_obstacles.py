@@ -164,6 +164,8 @@ def test_eval_reports_the_new_columns(tmp_path, capsys):
     [
         (["--worlds", "1", "--world-kinds", "castle"], "--world-kinds"),
         (["--worlds", "1", "--moving-obstacles", "-2"], "--moving-obstacles"),
+        (["--worlds", "1", "--moving-kind", "herd"], "--moving-kind"),
+        (["--map", "m.yaml", "--start", "0,0,0", "--goal", "1,0,0", "--moving-kind", "crossing"], "--moving-kind"),
     ],
 )
 def test_eval_rejects_bad_world_flags(tmp_path, capsys, argv, message):

@@ -353,6 +353,7 @@ def check_device(device: str, flag: str = "--device", *, auto: bool = False) -> 
 # Generated-world families (mnemo_mpc.sim.worlds.ALL_KINDS, spelled out so that parsing imports no numpy; a
 # test keeps the two equal) and a cap on moving obstacles per world.
 WORLD_KINDS = ("rooms", "corridor", "doors", "clutter", "open", "mixed", "dense")
+MOVING_KINDS = ("patrol", "crossing", "head_on", "overtaking", "stop_go", "mixed")  # mnemo_mpc.sim.worlds.MOVING_KINDS
 MAX_MOVING_OBSTACLES = 50
 
 
@@ -390,6 +391,13 @@ def add_world_arguments(p: argparse.ArgumentParser, scope: str = "") -> None:
         type=moving_count,
         default=0,
         help=f"moving obstacles per world{scope}: constant-velocity boxes and cylinders the lidar sees (default 0)",
+    )
+    p.add_argument(
+        "--moving-kind",
+        choices=MOVING_KINDS,
+        default="patrol",
+        help="how they move: patrol (back and forth on free segments, 0.2-0.5 m/s; default), or against the start-goal "
+        "path: crossing (people, 0.5-1.4 m/s), head_on and overtaking (carts), stop_go, mixed (each one of those)",
     )
 
 

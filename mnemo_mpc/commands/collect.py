@@ -86,7 +86,7 @@ def handler(args: argparse.Namespace) -> int:
         world = dataclasses.replace(setup.world, difficulty=world.difficulty)
         profile = {"robot": setup.robot, "mpc": setup.mpc, "sim": setup.sim}
         controller = dataclasses.replace(setup.profile.controller_config, warm_start=args.warmstart)
-    world = dataclasses.replace(world, moving_obstacles=args.moving_obstacles)
+    world = dataclasses.replace(world, moving_obstacles=args.moving_obstacles, moving_kind=args.moving_kind)
     config = CollectConfig(
         seed=args.seed,
         world=world,

@@ -157,10 +157,9 @@ def handler(args: argparse.Namespace) -> int:
     params = _args.load_params(args)
     if args.map is None and (args.start is not None or args.goal is not None):
         raise InputError(f"{'--start' if args.start is not None else '--goal'}: only with --map")
-    if args.worlds is None and (args.world_kinds is not None or args.moving_obstacles):
-        raise InputError(
-            f"{'--world-kinds' if args.world_kinds is not None else '--moving-obstacles'}: only with --worlds"
-        )
+    if args.worlds is None and (args.world_kinds is not None or args.moving_obstacles or args.moving_kind != "patrol"):
+        wrong = "--world-kinds" if args.world_kinds is not None else "--moving-obstacles"
+        raise InputError(f"{wrong if args.moving_kind == 'patrol' else '--moving-kind'}: only with --worlds")
     scen: list[dict[str, Any]] = []
     if args.map is not None:
         scen = [
@@ -186,7 +185,13 @@ def handler(args: argparse.Namespace) -> int:
     from mnemo_mpc.sim.simulator import Simulator
 
     # One profile (--params, else the default robot) sizes the robot, the MPC step, the simulator and the worlds.
-    setup = closed_loop_setup(params, real_time=True, realism=args.realism, moving_obstacles=args.moving_obstacles)
+    setup = closed_loop_setup(
+        params,
+        real_time=True,
+        realism=args.realism,
+        moving_obstacles=args.moving_obstacles,
+        moving_kind=args.moving_kind,
+    )
 
     # Each job: (label, make_world callable, goal tolerance, time limit).
     jobs: list[tuple[str, Any, float, float | None]] = []
@@ -260,6 +265,7 @@ def handler(args: argparse.Namespace) -> int:
             "seed": args.seed,
             "world_kinds": [k or "any" for k in args.world_kinds or (None,)] if args.worlds is not None else None,
             "moving_obstacles": args.moving_obstacles if args.worlds is not None else None,
+            "moving_kind": args.moving_kind if args.worlds is not None else None,
             "global_path": not args.no_global_path,
             "plain_controller": args.plain_controller,
             "moving_prediction": "track" if controller.config.tracking is not None else "reach",

@@ -181,9 +181,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
     params = _args.load_params(args)
-    extra = {"moving_kind": args.moving_kind} if getattr(args, "moving_kind", None) else {}
     setup = closed_loop_setup(
-        params, real_time=True, realism=args.realism, moving_obstacles=args.moving_obstacles, **extra
+        params,
+        real_time=True,
+        realism=args.realism,
+        moving_obstacles=args.moving_obstacles,
+        moving_kind=args.moving_kind,
     )
     controller = setup.controller()
     kinds = args.world_kinds or (None,)

@@ -5,7 +5,11 @@ and doors"; it does not publish the layouts, so this module generates them: room
 corridor maze, an office (rooms off a corridor), clutter fields, open halls, and rooms with clutter ("mixed"). Named
 only, never drawn by a seed: "dense", blocks separated by passages 1.1-1.5x the robot's width (issue 10 item 5).
 Opt-in moving obstacles (`WorldConfig.moving_obstacles`): constant-speed boxes and cylinders going back and forth on
-free segments, part of the `World` so that a seed fixes their motion too.
+free segments, part of the `World` so that a seed fixes their motion too. `WorldConfig.moving_kind` picks the family:
+"patrol" (those, the default), or the people-and-carts family of issue 28 laid against the start -> goal path --
+"crossing" pedestrians (0.5-1.4 m/s across it), "head_on" and "overtaking" carts (along it, towards and ahead of the
+robot), "stop_go" (across it, stopping and starting), "mixed" (each obstacle one of those four) -- each timed to meet
+the path where a robot at `timing_speed_m_s` would be.
 
 Every world is a ground-truth `OccupancyGrid` holding only FREE (0) and OCCUPIED (100), framed by closed outer walls,
 plus a start and goal pose. The generator guarantees that start and goal are joined by a path of the robot's disc
@@ -43,6 +47,8 @@ KINDS: tuple[str, ...] = ("rooms", "corridor", "doors", "clutter", "open", "mixe
 # KINDS alone, so adding a family here leaves every seed's world -- and every figure measured on seeds -- unchanged.
 EXTRA_KINDS: tuple[str, ...] = ("dense",)
 ALL_KINDS: tuple[str, ...] = KINDS + EXTRA_KINDS
+# Moving-obstacle families (`WorldConfig.moving_kind`, module docstring); "patrol" is the original one.
+MOVING_KINDS: tuple[str, ...] = ("patrol", "crossing", "head_on", "overtaking", "stop_go", "mixed")
 # Passages of the dense family, as multiples of the robot's width (issue 10 item 5).
 DENSE_PASSAGE_FACTORS: tuple[float, float] = (1.1, 1.5)
 
@@ -85,6 +91,12 @@ class WorldConfig:
     moving_speed_m_s: tuple[float, float] = (0.2, 0.5)
     moving_size_m: tuple[float, float] = (0.15, 0.3)
     moving_path_m: tuple[float, float] = (1.5, 5.0)  # length of the back-and-forth segment
+    # The family (module docstring): "patrol" keeps every seed's obstacles as they were before the others existed
+    moving_kind: str = "patrol"
+    crossing_speed_m_s: tuple[float, float] = (0.5, 1.4)  # people walking (issue 28)
+    cart_speed_m_s: tuple[float, float] = (0.2, 0.8)  # head-on and overtaking carts; stop-go obstacles
+    stop_go_s: tuple[float, float] = (0.5, 2.0)  # a stop-go obstacle's moving and standing spells, each drawn here
+    timing_speed_m_s: float = 0.5  # the robot's speed along its path assumed when timing the meeting
 
     def __post_init__(self) -> None:
         if len(self.size_m) != 2 or min(self.size_m) < 3.0:
@@ -128,7 +140,12 @@ class WorldConfig:
             )
         if self.moving_obstacles < 0:
             raise InputError(f"WorldConfig.moving_obstacles: expected >= 0, got {self.moving_obstacles}")
-        for name in ("dense_block_m", "moving_speed_m_s", "moving_size_m", "moving_path_m"):
+        if self.moving_kind not in MOVING_KINDS:
+            raise InputError(f"WorldConfig.moving_kind: expected one of {MOVING_KINDS}, got {self.moving_kind!r}")
+        if not (math.isfinite(self.timing_speed_m_s) and self.timing_speed_m_s > 0):
+            raise InputError(f"WorldConfig.timing_speed_m_s: expected > 0 m/s, got {self.timing_speed_m_s}")
+        ranges = ("crossing_speed_m_s", "cart_speed_m_s", "stop_go_s")
+        for name in ("dense_block_m", "moving_speed_m_s", "moving_size_m", "moving_path_m", *ranges):
             lo, hi = getattr(self, name)
             if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo <= hi):
                 raise InputError(f"WorldConfig.{name}: expected (lo, hi) with 0 < lo <= hi, got {(lo, hi)}")
@@ -212,8 +229,16 @@ class MovingObstacle:
     speed: float
     phase: float = 0.0
     yaw: float = 0.0
+    # Stop and go: it moves `go_s` seconds, stands `stop_s`, and so on (stop_s 0: it never stops)
+    go_s: float = 0.0
+    stop_s: float = 0.0
+    kind: str = "patrol"  # the family it was placed for (`MOVING_KINDS`)
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.go_s) and math.isfinite(self.stop_s) and self.stop_s >= 0):
+            raise InputError(f"MovingObstacle go_s/stop_s: expected finite, stop_s >= 0, got {self.go_s}/{self.stop_s}")
+        if self.stop_s > 0 and not self.go_s > 0:
+            raise InputError(f"MovingObstacle.go_s: expected > 0 s with stop_s > 0, got {self.go_s}")
         if self.shape not in ("cylinder", "box"):
             raise InputError(f"MovingObstacle.shape: expected 'cylinder' or 'box', got {self.shape!r}")
         if len(self.size) != 2 or not all(math.isfinite(v) and v > 0 for v in self.size):
@@ -236,6 +261,13 @@ class MovingObstacle:
         """(fraction of the way from a to b, direction +1 towards b / -1 back to a) at time t."""
         if self.length_m == 0 or self.speed == 0:
             return 0.0, 0.0
+        if self.stop_s > 0:  # the clock of its motion runs only in the moving spells
+            n, r = divmod(t, self.go_s + self.stop_s)
+            f, sign = self._fraction_moving(n * self.go_s + min(r, self.go_s))
+            return f, sign if r < self.go_s else 0.0
+        return self._fraction_moving(t)
+
+    def _fraction_moving(self, t: float) -> tuple[float, float]:
         period = 2.0 * self.length_m / self.speed
         s = (t / period + self.phase) % 1.0
         return (2.0 * s, 1.0) if s < 0.5 else (2.0 - 2.0 * s, -1.0)
@@ -247,7 +279,7 @@ class MovingObstacle:
         return a + f * (b - a)
 
     def velocity(self, t: float) -> np.ndarray:
-        """Velocity (vx, vy) in m/s at time t (one-sided at the turning points)."""
+        """Velocity (vx, vy) in m/s at time t (one-sided at the turning points; 0 while a stop-go one stands)."""
         _, sign = self._fraction(float(t))
         if sign == 0.0:
             return np.zeros(2)
@@ -803,6 +835,118 @@ def _place_moving(
     return tuple(out)
 
 
+def _start_goal_path(grid: OccupancyGrid, start: np.ndarray, goal: np.ndarray, cfg: WorldConfig) -> np.ndarray:
+    """The geodesic start -> goal path (map frame, (M, 2)) through the traversable cells: where the robot will drive,
+    near enough for timing and placing the path-bound obstacles (the planner's own path is not needed here)."""
+    trav = clearance_map(grid) > cfg.inflation_m
+    (sr, sc), (gr, gc) = grid.world_to_cell(np.asarray(start[:2])), grid.world_to_cell(np.asarray(goal[:2]))
+    mcp = MCP_Geometric(np.where(trav, 1.0, np.inf))
+    mcp.find_costs([(int(sr), int(sc))], [(int(gr), int(gc))])
+    cells = np.asarray(mcp.traceback((int(gr), int(gc))), dtype=float)
+    return grid.grid_to_world(cells[:, ::-1] + 0.5)
+
+
+def _place_path_moving(
+    rng: np.random.Generator, grid: OccupancyGrid, start: np.ndarray, goal: np.ndarray, cfg: WorldConfig
+) -> tuple[MovingObstacle, ...]:
+    """`cfg.moving_obstacles` obstacles of the people-and-carts family (module docstring) laid against the start ->
+    goal path: a crossing or stop-go obstacle goes back and forth across it through a path point, a head-on or
+    overtaking cart along a straight stretch of it; each is phased so that it is on the path (crossing), at the
+    stretch's far end coming back (head-on) or leaving its near end (overtaking) when a robot driving the path at
+    `timing_speed_m_s` gets there. Clearances as `_place_moving`: one cell from every static obstacle, and the start
+    and goal kept clear."""
+    clear = clearance_map(grid)
+    res = grid.resolution
+    path = _start_goal_path(grid, start, goal, cfg)
+    arc = np.r_[0.0, np.cumsum(np.hypot(*np.diff(path, axis=0).T))]
+    ends = np.stack([np.asarray(start, dtype=float)[:2], np.asarray(goal, dtype=float)[:2]])
+    kinds = ("crossing", "head_on", "overtaking", "stop_go")
+    out: list[MovingObstacle] = []
+
+    def fits(p: np.ndarray, reach: float, keep_off: float) -> bool:
+        rc = grid.world_to_cell(p)
+        if not grid.in_bounds(rc) or clear[rc[0], rc[1]] <= reach + res:
+            return False
+        return bool(np.min(np.hypot(*(ends - p).T)) > keep_off)
+
+    def at(s: float) -> np.ndarray:
+        return np.array([np.interp(s, arc, path[:, 0]), np.interp(s, arc, path[:, 1])])
+
+    for _ in range(60 * cfg.moving_obstacles):
+        if len(out) == cfg.moving_obstacles or arc[-1] < 2.0:
+            break
+        kind = cfg.moving_kind if cfg.moving_kind != "mixed" else kinds[int(rng.integers(len(kinds)))]
+        person = kind in ("crossing", "stop_go")
+        shape = "cylinder" if person else "box"
+        size = rng.uniform(*cfg.moving_size_m, size=2)
+        size = (float(size[0]), float(size[0])) if person else (float(size[0]), float(size[1]))
+        reach = size[0] if person else math.hypot(*size)
+        keep_off = reach + cfg.inflation_m + 0.3
+        lo, hi = cfg.crossing_speed_m_s if kind == "crossing" else cfg.cart_speed_m_s
+        speed = float(rng.uniform(lo, hi))
+        s_mid = float(rng.uniform(0.25, 0.75)) * arc[-1]
+        if person:
+            # Across the path at s_mid: out each side as far as the obstacle fits, up to half the segment's length
+            p = at(s_mid)
+            tangent = at(min(s_mid + 0.25, arc[-1])) - at(max(s_mid - 0.25, 0.0))
+            if not np.hypot(*tangent) > 0 or not fits(p, reach, keep_off):
+                continue
+            normal = np.array([-tangent[1], tangent[0]]) / np.hypot(*tangent)
+            half = float(rng.uniform(*cfg.moving_path_m)) / 2
+            reach_out = []
+            for sign in (1.0, -1.0):
+                length = 0.0
+                for d in np.arange(0.0, half + 1e-9, 0.5 * res):
+                    if not fits(p + sign * d * normal, reach, keep_off):
+                        break
+                    length = d
+                reach_out.append(length)
+            if min(reach_out) < 0.5 + reach:  # it must clear the robot's lane on both sides
+                continue
+            a, b = p - reach_out[1] * normal, p + reach_out[0] * normal
+            meet_s, f_meet = s_mid / cfg.timing_speed_m_s, reach_out[1] / (reach_out[0] + reach_out[1])
+        else:
+            # Along a straight stretch of the path: the chord from s0 to s1 must be clear for the obstacle
+            length = float(rng.uniform(*cfg.moving_path_m))
+            s0 = max(s_mid - length / 2, 0.0)
+            s1 = min(s0 + length, arc[-1])
+            a, b = at(s0), at(s1)
+            chord = np.hypot(*(b - a))
+            if chord < cfg.moving_path_m[0] or not all(
+                fits(a + u * (b - a), reach, keep_off) for u in np.linspace(0.0, 1.0, int(chord / (0.5 * res)) + 2)
+            ):
+                continue
+            if kind == "head_on":  # from the far end towards the robot as it reaches the near end
+                a, b = b, a
+                meet_s = s0 / cfg.timing_speed_m_s
+            else:  # leaving the near end with the robot 1.5 m behind it
+                meet_s = max(s0 - 1.5, 0.0) / cfg.timing_speed_m_s
+            f_meet = 0.0
+        period = 2.0 * float(np.hypot(*(b - a))) / speed
+        go = stop = 0.0
+        if kind == "stop_go":
+            go, stop = (float(v) for v in rng.uniform(*cfg.stop_go_s, size=2))
+            meet_s = (meet_s // (go + stop)) * go + min(meet_s % (go + stop), go)  # the clock of its motion
+        out.append(
+            MovingObstacle(
+                shape=shape,
+                size=size,
+                a=(float(a[0]), float(a[1])),
+                b=(float(b[0]), float(b[1])),
+                speed=speed,
+                # at the meeting time it is a fraction f_meet of the way a -> b, moving towards b
+                phase=float((f_meet / 2.0 - meet_s / period) % 1.0),
+                yaw=float(math.atan2(b[1] - a[1], b[0] - a[0])) if shape == "box" else 0.0,
+                go_s=go,
+                stop_s=stop,
+                kind=kind,
+            )
+        )
+    if len(out) < cfg.moving_obstacles:
+        log.debug("moving obstacles (%s): placed %d of %d", cfg.moving_kind, len(out), cfg.moving_obstacles)
+    return tuple(out)
+
+
 def generate_world(seed: int, config: WorldConfig | None = None, kind: str | None = None) -> World:
     """Generate world number `seed` (deterministic). `kind=None` draws the kind from the seed among `KINDS`; the
     `EXTRA_KINDS` ("dense") are generated only when named.
@@ -840,7 +984,8 @@ def generate_world(seed: int, config: WorldConfig | None = None, kind: str | Non
             moving: tuple[MovingObstacle, ...] = ()
             if cfg.moving_obstacles:
                 mrng = np.random.default_rng(np.random.SeedSequence([seed, ALL_KINDS.index(kind), 104729]))
-                moving = _place_moving(mrng, grid, start, goal, cfg)
+                place = _place_moving if cfg.moving_kind == "patrol" else _place_path_moving
+                moving = place(mrng, grid, start, goal, cfg)
             return World(grid=grid, start=start, goal=goal, seed=seed, kind=kind, config=cfg, moving=moving)
     raise MnemoError(
         f"generate_world: no start/goal pair {cfg.min_start_goal_m}-{cfg.max_start_goal_m} m apart found for "
