@@ -2,10 +2,12 @@
 empty room, never commands outside the velocity and acceleration limits, and stops before a wall; `eval
 --controller` records the planner, and several planners make one table.
 
-What each guards, checked by breaking it once: the limits test fails with `check_command` bypassed (peers' proposals
-sent raw: the first MPPI command jumps past a_max dt); the wall test fails with the shared safety check bypassed
-(`_plan_safe` always true: DWA's choices then drive the footprint into the wall); the goal test fails with DWA's
-heading weight 0 or MPPI's path and goal critics off (the robot wanders or never starts).
+What each guards, checked by breaking it once (issue 30's commit notes the runs): the planners keep inside the
+limits on their own (DWA samples the dynamic window, MPPI rolls its average through the acceleration limits), so
+bypassing `check_command` alone changes nothing; bypassing it with MPPI's raw average, or with DWA sampling the whole
+velocity box, fails the limits test. Likewise the wall test fails with the braking check bypassed and MPPI's obstacle
+critic off (footprint 0.225 m into the wall); DWA kept clear even with the check bypassed and its admissibility off
+(its dist term alone stopped it). The goal test fails with DWA's heading weight 0 (the robot wanders off).
 """
 
 from __future__ import annotations
