@@ -44,6 +44,9 @@ EXTRAS = {
     # The Mnemosyne / Memformer / associative-memory studies (mnemo_mpc.experiments, icl, optimizers, theory, memory);
     # mpc_warmstart runs the closed loop in the simulator.
     "research": ["torch", "scikit-learn", "pybullet", "matplotlib", "tqdm"],
+    # The MPC's peers in the same run (mnemo_mpc.peers; `eval --controller mppi`): MPPI's sampler. DWA needs nothing
+    # beyond the base install; the closed-loop commands that run either need `sim` too.
+    "peers": ["torch", "pytorch-mppi"],
     # Data collection on a Ray cluster (collect --ray-address).
     "ray": ["ray[default]"],
     # ROS 2 Jazzy's rclpy and messages as wheels (Fast DDS), for running the node outside a ROS install

@@ -35,6 +35,7 @@ COMMANDS = (
     "replay",
     "dds_loop",
     "identify",
+    "table",
 )
 
 

@@ -16,6 +16,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("memory", "theory"),
     ("planning", "icl", "optimizers"),
     ("nav",),
+    ("peers",),  # the MPC's peers (MPPI, DWA) in the Controller's place: nav's stages around another planner
     ("warmstart",),  # the ViT, its inputs and the ONNX runtime: what a node runs
     ("realism", "profile"),  # one robot file: robot, MPC, controller (with the runtime's provider), stated realism
     ("sim",),

@@ -401,6 +401,48 @@ def add_world_arguments(p: argparse.ArgumentParser, scope: str = "") -> None:
     )
 
 
+# The local planners a closed-loop command can drive (mnemo_mpc.peers.CONTROLLERS; kept here so that registering
+# the commands imports nothing heavy).
+CONTROLLERS = ("mpc", "mppi", "dwa")
+
+
+def controllers(text: str) -> tuple[str, ...]:
+    """argparse type of --controller: one local planner, or (eval) a comma-separated list of distinct ones."""
+    items = [c.strip() for c in text.split(",")]
+    bad = [c for c in items if c not in CONTROLLERS]
+    if bad or not items:
+        raise argparse.ArgumentTypeError(f"expected planners from {', '.join(CONTROLLERS)}; got {text!r}")
+    if len(set(items)) != len(items):
+        raise argparse.ArgumentTypeError(f"each planner once; got {text!r}")
+    return tuple(items)
+
+
+def add_controller_argument(p: argparse.ArgumentParser, several: bool) -> None:
+    """--controller mpc|mppi|dwa (issue 30: the MPC's peers behind the same Controller interface, `mnemo_mpc.peers`);
+    with `several`, a comma-separated list run in turn over the same worlds."""
+    p.add_argument(
+        "--controller",
+        type=controllers,
+        default=("mpc",),
+        help="local planner: mpc (the SQP MPC), mppi (pytorch-mppi with Nav2 MPPI's critics), dwa (Fox et al.'s "
+        "dynamic window), each with the same route, limits and safety layer"
+        + ("; a comma-separated list runs each in turn over the same worlds into one JSON" if several else "")
+        + " (default: mpc)",
+    )
+
+
+def check_controller(args: argparse.Namespace, several: bool = True) -> tuple[str, ...]:
+    """--controller against the MPC's own flags: --warmstart, --model and --sqp-mode only with mpc among them."""
+    names = tuple(args.controller)
+    if not several and len(names) > 1:
+        raise InputError(f"--controller: one planner here, got {','.join(names)}")
+    if "mpc" not in names:
+        for flag_name, dest in (("--warmstart", "warmstart"), ("--model", "model"), ("--sqp-mode", "sqp_mode")):
+            if getattr(args, dest, None) is not None:
+                raise InputError(f"{flag_name}: the MPC's; only with --controller mpc (got {','.join(names)})")
+    return names
+
+
 def add_realism_argument(p: argparse.ArgumentParser) -> None:
     """--realism ideal|profile|harsh: how far the simulated robot departs from the planner's model
     (`mnemo_mpc.sim.realism`); recorded in every result."""

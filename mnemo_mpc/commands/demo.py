@@ -26,6 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true", help="summary only: no per-step lines (episode.json has every step)")
     from mnemo_mpc.commands.eval import add_warmstart_arguments
 
+    _args.add_controller_argument(p, several=False)
     add_warmstart_arguments(p)
     _args.add_params_argument(p)
     _args.add_realism_argument(p)
@@ -41,13 +42,14 @@ def handler(args: argparse.Namespace) -> int:
     # Every argument is checked before the simulator and the solver are loaded.
     out = _args.check_output_dir(args.out, "--out")
     _args.check_warmstart(args)
+    (name,) = _args.check_controller(args, several=False)
     params = _args.load_params(args)
     if args.kind is not None and args.kind not in ALL_KINDS:
         raise InputError(f"--kind: expected one of {', '.join(ALL_KINDS)}, got {args.kind!r}")
 
     from mnemo_mpc import __version__
     from mnemo_mpc.atomic import atomic_write_json
-    from mnemo_mpc.commands.eval import warmstart_controller
+    from mnemo_mpc.commands.eval import build_controller
     from mnemo_mpc.sim.episode import CLEARANCE_CAP_M, EpisodeConfig, run_episode
     from mnemo_mpc.sim.plot import plot_episode
     from mnemo_mpc.sim.profile import closed_loop_setup
@@ -57,10 +59,11 @@ def handler(args: argparse.Namespace) -> int:
     setup = closed_loop_setup(params, real_time=True, realism=args.realism)
     world = generate_world(args.seed, setup.world, kind=args.kind)
     cfg = EpisodeConfig()
-    controller = warmstart_controller(args, setup, goal_tolerance_m=setup.goal_tolerance(cfg.goal_tolerance_m))
+    controller = build_controller(args, setup, name, goal_tolerance_m=setup.goal_tolerance(cfg.goal_tolerance_m))
     provider = controller.warm_start_provider
     print(
-        f"warm start: {controller.config.warm_start}"
+        f"planner: {name}"
+        + (f", warm start: {controller.config.warm_start}" if name == "mpc" else "")
         + (f" with {provider.info.path} on {provider.provider}" if provider is not None else "")
     )
     print(
@@ -88,8 +91,10 @@ def handler(args: argparse.Namespace) -> int:
     for s in result.steps:
         starts[s["start"]] = starts.get(s["start"], 0) + 1
     payload = {
+        "controller": name,
         "metrics": m,
         "config": {
+            "planner": getattr(controller, "describe", lambda: {"controller": name})(),
             "episode": dataclasses.asdict(cfg),
             "robot": dataclasses.asdict(controller.robot),
             "mpc": dataclasses.asdict(controller.mpc_config),
@@ -112,7 +117,8 @@ def handler(args: argparse.Namespace) -> int:
         f"{m['final_dist_to_goal_m']:.2f} m"
     )
     print(
-        f"SQP iterations mean {m['iterations']['mean']} p50 {m['iterations']['p50']} p95 {m['iterations']['p95']}; "
+        f"{'SQP' if name == 'mpc' else name} iterations mean {m['iterations']['mean']} p50 {m['iterations']['p50']} "
+        f"p95 {m['iterations']['p95']}; "
         f"solve ms p50 {m['solve_time_ms']['p50']} p95 {m['solve_time_ms']['p95']}; fallback steps "
         f"{m['fallback_steps']}, clipped {m['clipped_steps']}; starts used ({controller.config.warm_start}): {starts}"
     )

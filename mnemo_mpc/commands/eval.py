@@ -38,6 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--time-limit", type=_args.duration_s, default=None, help="seconds per episode (default: from path length)"
     )
+    _args.add_controller_argument(p, several=True)
     add_warmstart_arguments(p)
     _args.add_params_argument(p)
     _args.add_realism_argument(p)
@@ -89,6 +90,19 @@ def warmstart_controller(args: argparse.Namespace, setup: Any, **config: Any) ->
     if getattr(args, "sqp_mode", None) is not None:
         config["sqp_mode"] = args.sqp_mode
     return setup.controller(args.warmstart, args.model, **config)
+
+
+def build_controller(args: argparse.Namespace, setup: Any, name: str, **config: Any) -> Any:
+    """The planner `name` for the profile `setup`: "mpc" with the warm start the flags ask for
+    (`warmstart_controller`), or a peer (`mnemo_mpc.peers.make_controller`) on the same robot, MPC horizon and
+    controller settings; `config` overrides ControllerConfig fields for either."""
+    if name == "mpc":
+        return warmstart_controller(args, setup, **config)
+    import dataclasses
+
+    from mnemo_mpc.peers import make_controller
+
+    return make_controller(name, setup.robot, setup.mpc, dataclasses.replace(setup.profile.controller_config, **config))
 
 
 def _pose(value: Any, name: str) -> list[float]:
@@ -149,11 +163,10 @@ def load_scenarios(path: str | Path) -> list[dict[str, Any]]:
 
 
 def handler(args: argparse.Namespace) -> int:
-    import dataclasses
-
     # Every argument and file is checked before the simulator and the solver are loaded.
     _args.check_output_file(args.out, "--out")
     _args.check_warmstart(args)
+    names = _args.check_controller(args)
     params = _args.load_params(args)
     if args.map is None and (args.start is not None or args.goal is not None):
         raise InputError(f"{'--start' if args.start is not None else '--goal'}: only with --map")
@@ -175,14 +188,10 @@ def handler(args: argparse.Namespace) -> int:
         scen = load_scenarios(args.scenarios)
 
     import numpy as np
-    from tqdm import tqdm
 
     from mnemo_mpc import __version__
     from mnemo_mpc.atomic import atomic_write_json
-    from mnemo_mpc.commands._logs import episode_notes
-    from mnemo_mpc.sim.episode import EpisodeConfig, percentiles, run_episode
     from mnemo_mpc.sim.profile import closed_loop_setup
-    from mnemo_mpc.sim.simulator import Simulator
 
     # One profile (--params, else the default robot) sizes the robot, the MPC step, the simulator and the worlds.
     setup = closed_loop_setup(
@@ -226,6 +235,41 @@ def handler(args: argparse.Namespace) -> int:
         loaded = [make() for _, make, _, _ in jobs]
         jobs = [(label, (lambda w=w: w), tol, tl) for (label, _, tol, tl), w in zip(jobs, loaded, strict=True)]
 
+    runs = {}
+    for name in names:
+        runs[name] = evaluate(args, setup, jobs, name)
+        if len(names) > 1:
+            print(f"--- {name}")
+        report(runs[name])
+    if len(names) == 1:
+        atomic_write_json(args.out, runs[names[0]])
+        print(f"wrote {args.out}")
+        return 0
+    from mnemo_mpc.commands.table import peer_table, plot_table, write_table
+
+    rows = peer_table(runs)
+    plot = Path(args.out).with_suffix(".png")
+    atomic_write_json(args.out, {"version": __version__, "controllers": list(names), "table": rows, "runs": runs})
+    print(write_table(rows))
+    plot_table(rows, plot)
+    print(f"wrote {args.out} and {plot}")
+    return 0
+
+
+def evaluate(args: argparse.Namespace, setup: Any, jobs: list, name: str) -> dict[str, Any]:
+    """Every job (label, make_world, goal tolerance, time limit) driven by the planner `name`: the summary JSON of one
+    planner (rates, time ratio, clearance, step time per family, config, episodes)."""
+    import dataclasses
+
+    import numpy as np
+    from tqdm import tqdm
+
+    from mnemo_mpc import __version__
+    from mnemo_mpc.commands._logs import episode_notes
+    from mnemo_mpc.sim.episode import EpisodeConfig, percentiles, run_episode
+    from mnemo_mpc.sim.simulator import Simulator
+    from mnemo_mpc.sim.tracking_eval import TrackerObserver, summarise
+
     episodes, all_iters, all_times, starts = [], [], [], {}
     step_ms_by_family: dict[str, list[float]] = {}
     plain = {"actuation": None, "clear_footprint": False} if args.plain_controller else {}
@@ -233,17 +277,25 @@ def handler(args: argparse.Namespace) -> int:
         from mnemo_mpc.nav.prediction import PredictionConfig
 
         plain["tracking"] = PredictionConfig() if args.moving_prediction == "track" else None
-    controller = warmstart_controller(args, setup, goal_tolerance_m=setup.goal_tolerance(args.goal_tolerance), **plain)
+    controller = build_controller(
+        args, setup, name, goal_tolerance_m=setup.goal_tolerance(args.goal_tolerance), **plain
+    )
+    tracking = controller.config.tracking is not None
+    track_records: list[dict[str, Any]] = []
     # The controller's per-step notes (starts blocked by moving obstacles, recoveries) are counted, not printed into
     # the progress bar; one line sums them up after the episodes (`_logs.episode_notes`; `mnemo-mpc -v` prints each).
     with episode_notes(verbose=getattr(args, "verbose", False)), Simulator(setup.sim) as sim:
-        for label, make_world, tol, time_limit in tqdm(jobs, unit="episode", disable=args.no_progress):
+        for label, make_world, tol, time_limit in tqdm(jobs, unit="episode", desc=name, disable=args.no_progress):
             world = make_world()
             controller.config = dataclasses.replace(controller.config, goal_tolerance_m=setup.goal_tolerance(tol))
             cfg = EpisodeConfig(
                 goal_tolerance_m=tol, time_limit_s=time_limit, keep_plan_every=0, global_path=not args.no_global_path
             )
-            result = run_episode(world, sim=sim, controller=controller, config=cfg)
+            # The controller's own tracks, scored against the world's moving obstacles (`sim.tracking_eval`)
+            observer = TrackerObserver(None, sim, world) if tracking else None
+            result = run_episode(world, sim=sim, controller=controller, config=cfg, observer=observer)
+            if observer is not None:
+                track_records.append(result.record)
             m = dict(result.metrics, source=label)
             episodes.append(m)
             all_iters += [s["iterations"] for s in result.steps if s["status"] == "planned" or s["iterations"]]
@@ -260,6 +312,7 @@ def handler(args: argparse.Namespace) -> int:
     clearances = [e["min_clearance_m"] for e in episodes if e["min_clearance_m"] is not None]
     summary = {
         "version": __version__,
+        "controller": name,
         "source": {
             "worlds": args.worlds,
             "seed": args.seed,
@@ -285,8 +338,8 @@ def handler(args: argparse.Namespace) -> int:
         "min_clearance_m": percentiles(clearances, 4),
         "min_clearance_p5_m": _p5(clearances),
         "min_clearance_min_m": round(min(clearances), 4) if clearances else None,
-        "warmstart": controller.config.warm_start,
-        "sqp_mode": controller.config.sqp_mode,
+        "warmstart": controller.config.warm_start if name == "mpc" else None,
+        "sqp_mode": controller.config.sqp_mode if name == "mpc" else None,
         "model": getattr(controller.warm_start_provider, "describe", lambda: None)(),
         "starts_used": starts,
         "step_iterations": percentiles(all_iters, 3),
@@ -305,8 +358,12 @@ def handler(args: argparse.Namespace) -> int:
         "grid_error_m": _grid_error([e["grid_error_m"] for e in episodes]),
         "first_move_s": percentiles([e["first_move_s"] for e in episodes if e["first_move_s"] is not None], 3),
         "never_moved": sum(e["first_move_s"] is None for e in episodes),
+        # With --moving-prediction track: the controller's confirmed tracks against the world's moving obstacles
+        # (false tracks per 1,000 steps, obstacles tracked, velocity error); None without tracking.
+        "tracking": summarise(track_records) if tracking else None,
         "config": {
             "params": args.params,
+            "planner": getattr(controller, "describe", lambda: {"controller": name})(),
             "robot": dataclasses.asdict(controller.robot),
             "mpc": dataclasses.asdict(controller.mpc_config),
             "controller": dataclasses.asdict(controller.config),
@@ -316,10 +373,15 @@ def handler(args: argparse.Namespace) -> int:
         },
         "episodes": episodes,
     }
-    atomic_write_json(args.out, summary)
+    return summary
+
+
+def report(summary: dict[str, Any]) -> None:
+    """The console lines of one planner's summary."""
     print(
-        f"{n} episodes: success_rate {summary['success_rate']:.3f}, collision_rate {summary['collision_rate']:.3f}, "
-        f"timeout_rate {summary['timeout_rate']:.3f} ({summary['warmstart']} starts: {starts}), mean time "
+        f"{summary['n_episodes']} episodes ({summary['controller']}): success_rate {summary['success_rate']:.3f}, "
+        f"collision_rate {summary['collision_rate']:.3f}, timeout_rate {summary['timeout_rate']:.3f} "
+        f"({summary['warmstart']} starts: {summary['starts_used']}), mean time "
         f"{'n/a' if summary['mean_time_s'] is None else format(summary['mean_time_s'], '.2f')} s; "
         f"iterations mean {summary['step_iterations']['mean']} p50 {summary['step_iterations']['p50']} "
         f"p95 {summary['step_iterations']['p95']}, "
@@ -336,10 +398,15 @@ def handler(args: argparse.Namespace) -> int:
     print(f"step time, every step: p50 {pct['p50']} p99 {pct['p99']} ms, max {pct['max']} ms")
     for family, pct in summary["step_time_ms_by_family"].items():
         print(f"step time {family}: p99 {pct['p99']} ms, max {pct['max']} ms (period {summary['period_ms']} ms)")
+    tr = summary.get("tracking")
+    if tr:
+        print(
+            f"tracking: {tr['false_tracks']} false tracks in {tr['steps']} steps "
+            f"({tr['false_tracks_per_1000_steps']} per 1,000); obstacles tracked {tr['obstacles_tracked_fraction']}, "
+            f"velocity error p50 {tr['velocity_error_m_s']['p50']} m/s"
+        )
     if summary["failed_worlds"]:
         print(f"not successful: {', '.join(summary['failed_worlds'])}")
-    print(f"wrote {args.out}")
-    return 0
 
 
 def _grid_error(per_episode: list[dict]) -> dict[str, float | None]:
