@@ -11,6 +11,7 @@ import pytest
 from mnemo_mpc.errors import InputError
 from mnemo_mpc.nav.controller import Controller, ControllerConfig
 from mnemo_mpc.nav.moving_obstacles import MovingObstacleConfig, MovingObstacles, stopping_reach
+from mnemo_mpc.nav.prediction import PredictionConfig
 from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.planning.mpc import MPCConfig
 from mnemo_mpc.planning.robot import RobotModel
@@ -126,3 +127,41 @@ def head_on(config: ControllerConfig) -> float:
 def test_the_robot_is_at_rest_when_a_head_on_box_arrives():
     assert head_on(ControllerConfig()) <= 0.02  # the simulator's rule: not the robot's doing
     assert head_on(ControllerConfig(moving_obstacles=None)) > 0.02  # a still-world MPC drives into it
+
+
+def crossing(config: ControllerConfig) -> dict:
+    """A robot driving right along y = 2 m; a 0.3 m box, still for its first second, crosses its line upwards at
+    x = 4 m at 0.6 m/s, timed to meet it. What the episode did: the least gap between the robot's disc and the box,
+    the time to the goal, and whether the controller tracked the box and gave the MPC its prediction."""
+    robot = RobotModel()
+    ctl = Controller(robot, MPCConfig(fallback=None), config)
+    pose, vel, goal = np.array([1.0, 2.0, 0.0]), np.zeros(2), np.array([7.0, 2.0, 0.0])
+    path = np.array([pose[:2], goal[:2]])
+    least, tracked, predicted = np.inf, False, False
+    for k in range(200):
+        t = k * DT
+        box_y = 0.4 + 0.6 * max(t - 5.4, 0.0)
+        least = min(least, float(np.hypot(max(abs(pose[0] - 4.0) - 0.15, 0), max(abs(pose[1] - box_y) - 0.15, 0))))
+        if np.hypot(*(goal[:2] - pose[:2])) <= ctl.config.goal_tolerance_m:
+            return {"least": least - robot.radius, "time": t, "tracked": tracked, "predicted": predicted}
+        data = world(4.0, box_y) if box_y < 3.7 else world(None)
+        corner = (int(round(pose[1] / RES)) - 30, int(round(pose[0] / RES)) - 30)
+        grid_data = np.full((80 + 60, 160 + 60), -1, np.int8)
+        grid_data[30:110, 30:190] = data
+        grid = window(grid_data, (corner[0] + 30, corner[1] + 30))
+        grid = OccupancyGrid(grid.data, RES, (corner[1] * RES, corner[0] * RES, 0.0))
+        out = ctl.step(grid, pose, vel, goal, global_path=path)
+        tracked |= bool(out.tracks)
+        predicted |= out.predicted is not None
+        pose, vel = robot.step(pose, out.command, ctl.mpc_config.dt), out.command
+    return {"least": least - robot.radius, "time": np.inf, "tracked": tracked, "predicted": predicted}
+
+
+def test_a_tracked_crossing_box_is_met_where_it_will_be():
+    """With tracking the box gets a track, the MPC its predicted path, and the robot keeps its margin from the box
+    and gets to the goal; with the detector alone the robot stops where the box is going, and is run into."""
+    got = crossing(ControllerConfig(tracking=PredictionConfig()))
+    assert got["tracked"] and got["predicted"]
+    assert got["least"] >= RobotModel().safety_margin - 0.02
+    assert np.isfinite(got["time"])
+    assert crossing(ControllerConfig())["least"] < 0.0

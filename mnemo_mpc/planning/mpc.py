@@ -495,7 +495,17 @@ class SQPMPC:
         guess, label = self._start(state, warm_start, start_label)
         p = self.parameters(field, state, velocity, goal, reference, obstacles)
         lbg = self._constraint_lower(self._bound_distances(field, state, disc_d0), margin)
-        moving_bound = None if obstacles is None else self._moving_lower(lbg, state, velocity, margin, obstacles)
+        moving_bound = None
+        if obstacles is not None:
+            moving_bound, escape = self._moving_lower(lbg, field, state, velocity, margin, obstacles)
+            if escape is not None:
+                # A start that breaks the capped rows linearises them where no QP step meets them (a cold start
+                # facing a head-on obstacle: qp_infeasible); the escape meets them by construction.
+                states = self.robot.rollout(state, guess.controls, cfg.dt)[1:, :2]
+                gaps = np.hypot(*(states[:, None, :] - obstacles.centres).transpose(2, 0, 1))
+                if float(np.min(gaps - moving_bound)) < -cfg.tol:
+                    guess = WarmStart(self.robot.rollout(state, escape, cfg.dt), escape)
+                    label = f"{label}+escape"
         solve = self._solve_sqp if cfg.method == "sqp" else self._solve_sqpmethod
         iters = cfg.max_iter if max_iter is None else max_iter
         out = solve(state, guess, p, lbg, iters)
@@ -574,32 +584,61 @@ class SQPMPC:
         return lbg
 
     def _moving_lower(
-        self, lbg: np.ndarray, state: np.ndarray, velocity: np.ndarray, margin: float, obstacles: PredictedObstacles
-    ) -> np.ndarray:
-        """Set the moving obstacles' rows of `lbg` (in place) and return them, (N, M'): R + R_j(t_k) + margin, but
-        never more than braking as hard as the limits allow keeps at knot k (the rows are exact distances: no spline
-        buffer). An obstacle coming at the robot faster than it can get
-        away makes the full bound infeasible at every knot it reaches; capped, the problem stays feasible (braking
-        satisfies it) and the optimiser does at least as well as braking at each knot -- it backs off or turns aside
-        where it can. Without the cap every such step fell back on the previous plan, which drove on into the
-        obstacle (mixed-1004, open-1017)."""
+        self,
+        lbg: np.ndarray,
+        field: DistanceField,
+        state: np.ndarray,
+        velocity: np.ndarray,
+        margin: float,
+        obstacles: PredictedObstacles,
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Set the moving obstacles' rows of `lbg` (in place) and return them, (N, M'), with the escape's controls
+        when they are capped (else None): R + R_j(t_k) + margin (the rows are exact distances: no spline buffer) --
+        or, where no simple motion keeps that, as far as the best of them keeps at each knot (`escape_motions`:
+        brake, hold the velocity, speed up, turn either way; the best is the one whose closest approach to its bound
+        is largest among those that keep clear of the grid).
+
+        An obstacle coming at the robot faster than it can get away makes the full bound infeasible at every knot it
+        reaches: every such step then fell back on the previous plan, which drove on into it (mixed-1004, open-1017).
+        Capped at what braking alone keeps, the robot that had started to cross in front of a box stopped in its way
+        and was hit (a crossing box in tests/test_nav_moving_obstacles.py); capped at the best escape, the optimiser
+        does at least as well as that escape at every knot."""
         n, k, m = self.config.N, self.discs.shape[0], self.config.moving_obstacles
         need = self.outer_radius + obstacles.radii + margin  # (N, M')
-        brake = self.robot.rollout(state, self._braking_controls(velocity), self.config.dt)[1:, :2]  # (N, 2)
-        kept = np.hypot(*(brake[:, None, :] - obstacles.centres).transpose(2, 0, 1))
-        bound = np.minimum(need, kept)
+        best, best_score, escape = None, -np.inf, None
+        for i, controls in enumerate(self.escape_motions(velocity)):
+            states = self.robot.rollout(state, controls, self.config.dt)[1:]
+            kept = np.hypot(*(states[:, None, :2] - obstacles.centres).transpose(2, 0, 1))
+            score = float(np.min(kept - need))
+            if i > 0 and float(np.min(self.collision.pose_margins(field, states))) < 1e-3:
+                continue  # into the grid's obstacles (braking, i == 0, is always a candidate)
+            if score > best_score:
+                best, best_score, escape = kept, score, controls
+            if score >= 0.0:
+                break
+        capped = best_score < 0.0
+        bound = np.minimum(need, best) if capped else need
         rows = lbg[-(k + m) * n :].reshape(n, k + m)
         rows[:, k : k + obstacles.count] = bound
-        return bound
+        return bound, escape if capped else None
 
-    def _braking_controls(self, velocity: np.ndarray) -> np.ndarray:
-        """(N, 2) controls from `velocity` to rest, each step as hard as the rate bounds allow, then at rest."""
-        u = np.clip(np.asarray(velocity, dtype=float), self._u_lower, self._u_upper)
+    def escape_motions(self, velocity: np.ndarray) -> list[np.ndarray]:
+        """(N, 2) control sequences from `velocity`, each step as far towards its target as the rate bounds allow:
+        brake to rest, hold the velocity, full speed ahead, and turning at full rate either way while braking or
+        at half speed."""
+        u0 = np.clip(np.asarray(velocity, dtype=float), self._u_lower, self._u_upper)
+        lo, hi = self._u_lower, self._u_upper
+        w = hi[1]
+        targets = [(0.0, 0.0), tuple(u0), (hi[0], 0.0), (0.0, w), (0.0, -w), (0.5 * hi[0], w), (0.5 * hi[0], -w)]
         step = self.robot.accel_limits * self.config.dt
-        out = np.empty((self.config.N, 2))
-        for i in range(self.config.N):
-            u = np.clip(np.zeros(2), u - step, u + step)
-            out[i] = u
+        out = []
+        for target in targets:
+            goal = np.clip(np.asarray(target, dtype=float), lo, hi)
+            u, seq = u0.copy(), np.empty((self.config.N, 2))
+            for i in range(self.config.N):
+                u = np.clip(goal, u - step, u + step)
+                seq[i] = u
+            out.append(seq)
         return out
 
     def _bound_distances(self, field: DistanceField, state: np.ndarray, disc_d0: np.ndarray) -> np.ndarray:
