@@ -270,7 +270,9 @@ class Controller:
             self.mpc_config = replace(self.mpc_config, moving_obstacles=self.config.tracking.slots)
         self._tracks: list[Track] = []
         self._predicted: PredictedObstacles | None = None
-        self._lead_s = 0.0  # from the grid's measurement to the start state the step plans from
+        self._sensed_s = 0.0  # the caller's time of this step's measurement (now_s less the observation's age)
+        self._lead_s = 0.0  # from the measurement to the start state the step plans from
+        self._tracked_s = -np.inf  # the measurement time the tracks are of
         self.warm_start_provider = warm_start_provider
         if self.config.warm_start in ("learned", "hybrid") and warm_start_provider is None:
             raise InputError(f"Controller: warm_start {self.config.warm_start!r} needs a warm-start provider (a model)")
@@ -340,7 +342,7 @@ class Controller:
             self._moving.reset()
         if self._tracker is not None:
             self._tracker.reset()
-        self._tracks, self._predicted = [], None
+        self._tracks, self._predicted, self._tracked_s = [], None, -np.inf
         if self._prefetch is not None:
             self._prefetch.clear()
 
@@ -413,6 +415,8 @@ class Controller:
             raise InputError(f"Controller.step.now_s: expected a finite time in seconds, got {now_s!r}")
         t_now = self._clock if now_s is None else float(now_s)
         act, history = self._actuation, self._history
+        # The tracker runs on the caller's clock (a node's ticks need not be dt apart, nor its grids fresh each tick).
+        self._sensed_s = t_now - float(observation_age_s)
         self._lead_s = float(observation_age_s) + (act.latency_s if act is not None else 0.0)
         if act is not None and history is not None:
             start_pose, start_vel = history.predict(pose, velocity, t_now - observation_age_s, t_now + act.latency_s)
@@ -456,18 +460,18 @@ class Controller:
         # Planned on from here: tracked obstacles out of the grid and predicted (nav.prediction), the room the
         # untracked ones can cover marked (nav.moving_obstacles); the own path's memory takes what was seen.
         seen = grid
-        self._tracks, self._predicted, guard = [], None, None
+        self._predicted, guard = None, None
         if self._tracker is not None:
-            self._tracks = self._tracker.update(grid, now)
+            if self._sensed_s > self._tracked_s:  # a new measurement (a tick on the same grid keeps its tracks)
+                self._tracks, self._tracked_s = self._tracker.update(grid, self._sensed_s), self._sensed_s
             guard = near_tracks(grid, self._tracks, self.config.tracking.track_guard_m)
         if self._moving is not None:
             grid = self._moving.update(grid, now, ignore=guard)
         if self._tracks:
             grid = without_tracks(grid, self._tracks)
             n, dt = self.mpc_config.N, self.mpc_config.dt
-            self._predicted = predicted_obstacles(
-                self._tracks, pose, self.robot, n, dt, self._lead_s, self.config.tracking
-            )
+            lead = self._lead_s + self._sensed_s - self._tracked_s  # the tracks' time to the start state
+            self._predicted = predicted_obstacles(self._tracks, pose, self.robot, n, dt, lead, self.config.tracking)
 
         if float(np.hypot(*(goal[:2] - pose[:2]))) <= self.config.goal_tolerance_m:
             # Zero command, reached as fast as the acceleration limits allow (exactly zero once at rest).
