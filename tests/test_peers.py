@@ -1,5 +1,6 @@
-"""The peers' pieces (issue 30), in process: settings refused with the field named, the dynamic window, the critics,
-the pruned path, and `--controller` refused where it does not fit before any work."""
+"""The peers' pieces (issue 30), in process: settings refused with the field named, the dynamic window, the shared
+safety check at a block corner, the critics, the pruned path, and `--controller` refused where it does not fit before
+any work."""
 
 from __future__ import annotations
 
@@ -8,14 +9,16 @@ import pytest
 
 from mnemo_mpc.cli import main
 from mnemo_mpc.errors import InputError
+from mnemo_mpc.nav.controller import ControllerConfig
 from mnemo_mpc.peers import make_controller
-from mnemo_mpc.peers.base import reachable
+from mnemo_mpc.peers.base import footprint_clearance, reachable
 from mnemo_mpc.peers.critics import CriticConfig, Scene, score
 from mnemo_mpc.peers.dwa import DWAConfig
 from mnemo_mpc.peers.local_path import pruned_path
 from mnemo_mpc.planning.collision import FootprintChecker
 from mnemo_mpc.planning.esdf import DistanceField
 from mnemo_mpc.planning.grid import OccupancyGrid
+from mnemo_mpc.planning.mpc import MPCConfig
 from mnemo_mpc.planning.robot import RobotModel
 
 
@@ -57,6 +60,71 @@ def _scene(grid: OccupancyGrid, path: np.ndarray, goal=None) -> Scene:
     return Scene(
         DistanceField(grid), FootprintChecker(robot, 0.1, 10), np.zeros(3), path, goal, robot.safety_margin, 0.1
     )
+
+
+def _block_corner_grid() -> tuple[OccupancyGrid, np.ndarray]:
+    """A 4 m x 4 m free grid (5 cm cells) with one 0.5 m block; returns it and the block's lower-left corner."""
+    data = np.zeros((80, 80), np.int8)
+    data[44:54, 40:50] = 100  # x 2.0-2.5 m, y 2.2-2.7 m
+    return OccupancyGrid(data, 0.05, (0.0, 0.0, 0.0)), np.array([2.0, 2.2])
+
+
+def _dense_1006_gap() -> OccupancyGrid:
+    """Where DWA hit a block in dense-1006 (seed 1006 of the 20-world run): a 0.55 m gap between two blocks, the
+    left one's corner at (6.70, 10.55), on the world's 5 cm grid (2 m around the gap's mouth)."""
+    data = np.zeros((40, 40), np.int8)  # origin (6.0, 9.8): cell (row, col) covers y 9.8 + 0.05 row, x 6.0 + 0.05 col
+    data[:15, :14] = 100  # the left block: x < 6.70, y < 10.55
+    data[:15, 25:] = 100  # the right block: x >= 7.25
+    return OccupancyGrid(data, 0.05, (6.0, 9.8, 0.0))
+
+
+@pytest.mark.parametrize(
+    "pose, velocity",
+    [
+        ([6.8935, 10.6885, -1.4869], [0.32, -0.06]),  # step 14: 3.8 cm from the corner (exact), the band's edge
+        ([6.8957, 10.6365, -1.5619], [0.14, -0.15]),  # step 17: 1.4 cm
+    ],
+)
+def test_safety_check_never_admits_a_stop_nearer_a_block_corner(pose, velocity):
+    """Entering a gap past a block's corner, inside the margin band, every command the shared check admits stops
+    (one period on it, then braking) no nearer the block than the robot is now, or than `MPCConfig.band_margin_m`
+    when it is further (the MPC's band rule), on the exact distance to the cells: the bilinear field reads up to
+    1.1 cm more there. Within 0.5 mm, what the check's 10 points a period can miss between them on an arc sampled at
+    50. Broken once (`Controller._plan_safe`'s bilinear clearance against the exact margin less 1 mm): at step 14 it
+    admitted DWA's (0.22, -0.36), whose stop comes to 2.1 cm of the corner, and the robot crept on into the block
+    (docs/peers.md)."""
+    peer = make_controller("dwa", RobotModel(), MPCConfig(N=30, dt=0.1), ControllerConfig(plan_own_path=False))
+    field = DistanceField(_dense_1006_gap(), "occupied")
+    pose, velocity, r, dt = np.array(pose), np.array(velocity), peer.robot.radius, peer.mpc_config.dt
+    now = float(field.exact_distance(pose[None, :2])[0]) - r
+    assert float(field.distance(pose[None, :2])[0]) - r > now + 0.008  # where the bilinear field reads more
+    low, high = reachable(velocity, peer.robot, dt)
+    for v in np.linspace(low[0], high[0], 11):
+        for w in np.linspace(low[1], high[1], 21):
+            command = np.array([v, w])
+            if not peer._plan_safe(field, pose, command[None], None):
+                continue
+            controls = np.concatenate([command[None], peer.braking_tail(command)])
+            states = peer.robot.rollout(pose, controls, dt)
+            pts = peer.robot.densify(states, controls, dt, 50)
+            nearest = float(np.min(field.exact_distance(pts))) - r
+            assert nearest >= min(now, peer.mpc_config.band_margin_m) - 5e-4, (command, nearest, now)
+    # Moving at the corner, the robot is past saving; nothing is admitted then (the fallback stops it). At rest there,
+    # staying and turning in place (a round robot) are admitted: the check does not refuse everything.
+    for command in ([0.0, 0.0], [0.0, 0.3], [0.0, -0.3]):
+        assert peer._plan_safe(field, pose, np.array([command]), None), command
+
+
+def test_footprint_clearance_is_the_stricter_of_the_exact_distance_and_the_buffered_field():
+    peer = make_controller("dwa", RobotModel(), MPCConfig(N=30, dt=0.1), ControllerConfig(plan_own_path=False))
+    grid, corner = _block_corner_grid()
+    field = DistanceField(grid, "occupied")
+    mpc, r, buffer = peer.mpc(grid.shape), peer.robot.radius, peer.mpc_config.clearance_buffer
+    beside_wall = np.array([2.25, 2.2 - r - 0.04, 0.0])  # below the block's face: the field is exact there
+    diagonal = np.array([*(corner - np.array([1.0, 1.0]) / np.sqrt(2.0) * (r + 0.04)), 0.0])
+    got = footprint_clearance(mpc, field, np.stack([beside_wall, diagonal]))
+    assert got[0] == pytest.approx(0.04 - buffer, abs=2e-3)  # the MPC's buffer where the field is right
+    assert got[1] == pytest.approx(0.04, abs=1e-9)  # the exact distance where the field reads more
 
 
 def test_obstacle_critic_charges_a_collision_and_prefers_room():

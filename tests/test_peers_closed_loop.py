@@ -89,6 +89,30 @@ def test_peer_stops_before_a_wall_it_cannot_pass(name):
     assert poses[:, 0].max() < 2.0 - c.robot.radius
 
 
+@pytest.mark.parametrize("name", ["dwa", "mppi"])
+def test_peer_keeps_its_margin_at_a_block_corner(name):
+    """The line to the goal passes a block's corner with the footprint 0-5 cm from it: the robot goes round it or
+    stops short, never nearer the corner than the safety margin (exact distance to the cells). Broken once (the
+    shared check on the bilinear field against the exact margin less 1 mm): DWA passed 1.4 mm from the corner with
+    the block 20 cm off the line, and drove 1.9 cm into it with the block 15 cm off."""
+    c = _peer(name)
+    data = _room().data.copy()
+    data[44:54, 40:50] = 100  # a 0.5 m block, its lower-left corner at (2.0, 2.2)
+    for offset in (0.15, 0.2):  # the block's corner this far beside the line y = 2.0 (the robot's radius: 0.2 m)
+        block = np.roll(data, int(round((offset - 0.2) / 0.05)), axis=0)
+        grid = OccupancyGrid(block, 0.05, (0.0, 0.0, 0.0))
+        c.reset()
+        poses, _, statuses = _drive(c, grid, [0.6, 2.0, 0.0], [3.4, 2.0, 0.0], 80)
+        field = DistanceField(grid, "occupied")
+        margins = c.mpc(grid.shape).collision.pose_margins(field, poses, exact=True)
+        worst = int(np.argmin(margins))
+        assert margins[worst] >= c.robot.safety_margin - 1e-3, (
+            offset,
+            margins[worst],
+            statuses[max(worst - 3, 0) :][:5],
+        )
+
+
 def test_mppi_without_its_obstacle_critic_needs_the_safety_layer():
     """What the obstacle critic does: with it the proposals near the wall are admissible; without it more of them are
     refused by the shared safety check (the robot stays safe either way, the critic makes MPPI's own plans safe)."""

@@ -7,13 +7,22 @@ grids have shown, `nav.own_path`) and the sub-goal and reference cut from it (`n
 margin (narrowed in passages, `Controller._step_margin`), the rotation shim, the progress checker and the recoveries
 (`nav.recovery`), the actuation compensation, and `check_command` (finite, inside the velocity and acceleration limits).
 
-The safety check (`PeerController._solve`): a peer's proposal is sent only when its first control, held for one
+The safety check (`PeerController._plan_safe`): a peer's proposal is sent only when its first control, held for one
 control period and then braked to rest as hard as the acceleration limits allow (`Controller.braking_tail`), keeps
-every covering disc of the footprint at the step's margin along the densified arc (`Controller._plan_safe`, the check
-the MPC's fallbacks use). That is the admissibility of Fox et al. (1997, "The Dynamic Window Approach to Collision
-Avoidance", Sec. 3.2: a velocity is admissible when the robot can stop before it reaches an obstacle) made the same
-for every peer. A refused proposal is a failed solve: the Controller's fallback follows the previous plan while that
-is still safe, else stops within the acceleration limits (`Controller._fallback`).
+every covering disc of the footprint at the step's margin along the densified arc. That is the admissibility of Fox et
+al. (1997, "The Dynamic Window Approach to Collision Avoidance", Sec. 3.2: a velocity is admissible when the robot can
+stop before it reaches an obstacle) made the same for every peer. A refused proposal is a failed solve: the
+Controller's fallback follows the previous plan while that is still safe by the same check, else stops within the
+acceleration limits (`Controller._fallback`).
+
+The clearance it reads (`footprint_clearance`) is at least as strict as the MPC's constraint: at each disc centre the
+least of the exact distance to the obstacle cells (`DistanceField.exact_distance`) and the bilinear field less
+`MPCConfig.clearance_buffer` (what the MPC's rows demand), less the disc's radius. Inside the margin band the motion
+must not come nearer than the footprint is now, on that same clearance (`required_clearance`, the MPC's band rule).
+`Controller._plan_safe` (the MPC's fallbacks) reads the bilinear field against a requirement taken from the exact
+distance, less 1 mm: near a block corner the bilinear field reads up to 1.1 cm more than the exact one, so inside
+the band every step admitted a stop ~1 cm nearer the corner than the robot was, and DWA crept into the block
+(dense-1006: exact clearance 38, 27, 20, 14, 9, 4 mm on six accepted steps, then contact; dense-1013 likewise).
 
 The peers use the SQPMPC object of the grid's shape only for its footprint checker and start margin (what the
 recoveries and the rotation shim call); they never solve with it.
@@ -30,14 +39,17 @@ import numpy as np
 
 from mnemo_mpc.nav.controller import Controller, ControllerConfig, WarmStartContext
 from mnemo_mpc.peers.local_path import pruned_path
+from mnemo_mpc.planning.esdf import DistanceField
 from mnemo_mpc.planning.grid import OccupancyGrid
-from mnemo_mpc.planning.mpc import MPCConfig, PlanResult, WarmStart
+from mnemo_mpc.planning.mpc import SQPMPC, MPCConfig, PlanResult, PredictedObstacles, WarmStart
 from mnemo_mpc.planning.robot import RobotModel
 
 log = logging.getLogger(__name__)
 
 # PlanResult.status of a peer's proposal: sent, or refused by the safety check (a failed solve: the fallback runs).
 ACCEPTED, REFUSED = "accepted", "refused_unsafe"
+# How much nearer than now a motion inside the margin band may come (round-off only: 1 um a step, not a ratchet).
+CLEARANCE_TOLERANCE_M = 1e-6
 
 
 @dataclass
@@ -48,6 +60,16 @@ class Proposal:
     controls: np.ndarray
     iterations: int = 1  # optimiser iterations (MPPI) or 1 (a single search, DWA)
     cost: float = float("nan")  # the planner's own objective of the proposal (lower is better)
+
+
+def footprint_clearance(mpc: SQPMPC, field_: DistanceField, poses: np.ndarray) -> np.ndarray:
+    """Per pose (..., 3): min over the covering discs of min(exact distance, bilinear distance - clearance buffer) -
+    radius. The exact distance (`DistanceField.exact_distance`) is what a corner allows; the bilinear field less the
+    buffer is what the MPC's clearance rows demand; the safety check keeps the stricter of the two."""
+    centres = mpc.collision.disc_centres(poses)  # (..., K, 2)
+    exact = np.asarray(field_.exact_distance(centres), dtype=float)
+    bilinear = np.asarray(field_.distance(centres), dtype=float) - mpc.config.clearance_buffer
+    return np.min(np.minimum(exact, bilinear) - mpc.discs[:, 2], axis=-1)
 
 
 class PeerController(Controller):
@@ -122,6 +144,50 @@ class PeerController(Controller):
         prune = self.robot.v_max * self.mpc_config.N * self.mpc_config.dt + 0.3
         return pruned_path(path, pose, goal, progress, prune, spacing)
 
+    # --- the shared safety check ---------------------------------------------------------------------------------
+    def required_clearance(self, field_: DistanceField, pose: np.ndarray, margin: float | None) -> float:
+        """The `footprint_clearance` a motion from `pose` must keep: the step's `margin` (default the safety margin);
+        from a pose already inside that band, `MPCConfig.band_margin_m` (never more than `margin`) or, nearer still,
+        the clearance it has now (`SQPMPC._constraint_lower`'s band rule), less `CLEARANCE_TOLERANCE_M`: a stop is
+        always admissible, a move nearer the obstacle never."""
+        margin = self.robot.safety_margin if margin is None else float(margin)
+        now = float(footprint_clearance(self.mpc(field_.shape), field_, np.asarray(pose, dtype=float)))
+        if now >= margin:
+            return margin
+        return min(now, margin, self.mpc_config.band_margin_m) - CLEARANCE_TOLERANCE_M
+
+    def trajectory_clearance(self, field_: DistanceField, states: np.ndarray, controls: np.ndarray) -> float:
+        """min of `footprint_clearance` along knots `states` (M+1, 3) joined by `controls` (M, 2), densified as the
+        MPC's checks densify (`MPCConfig.densify` points a period, each with its heading yaw_k + w_k tau)."""
+        dt, n = self.mpc_config.dt, self.mpc_config.densify
+        pts = self.robot.densify(states, controls, dt, n)
+        tau = (np.arange(n) / n) * dt
+        yaw = np.concatenate([(states[:-1, 2:3] + controls[:, 1:2] * tau[None, :]).reshape(-1), states[-1:, 2]])
+        poses = np.concatenate([pts, yaw[:, None]], axis=1)
+        return float(np.min(footprint_clearance(self.mpc(field_.shape), field_, poses)))
+
+    def _plan_safe(
+        self,
+        field_: DistanceField,
+        pose: np.ndarray,
+        controls: np.ndarray,
+        margin: float | None,
+        braking: bool = True,
+    ) -> bool:
+        """`controls` from `pose`, then braked to rest (`braking_tail`; `braking=False`: the horizon alone), keep
+        `required_clearance` on `footprint_clearance` along the densified arc, and clear the predicted moving
+        obstacles as the MPC's check demands (module docstring). Every command a peer sends passes it: its proposal
+        (`_solve`) and the previous plan the fallback follows."""
+        controls = np.asarray(controls, dtype=float).reshape(-1, 2)
+        if controls.shape[0] < 1 or not np.all(np.isfinite(controls)):
+            return False
+        if braking:
+            controls = np.concatenate([controls, self.braking_tail(controls[-1])])
+        states = self.robot.rollout(pose, controls, self.mpc_config.dt)
+        if self._predicted is not None and not self._clear_of_predicted(self.mpc(field_.shape), states, margin):
+            return False
+        return self.trajectory_clearance(field_, states, controls) >= self.required_clearance(field_, pose, margin)
+
     def _warm_start(self, context: WarmStartContext) -> tuple[WarmStart | None, str]:
         return None, self.name
 
@@ -133,6 +199,7 @@ class PeerController(Controller):
         margin: float,
         max_iter: int | None,
         now: float,
+        obstacles: PredictedObstacles | None = None,
     ) -> tuple[PlanResult | None, str | None]:
         """The peer's proposal, checked (module docstring). A start in collision is refused as the MPC refuses it
         (`SQPMPC.solve`: a covering disc nearer than its radius less `MPCConfig.start_tolerance_m`), which starts the
@@ -159,7 +226,7 @@ class PeerController(Controller):
             safe = self._plan_safe(field_, pose, controls[:1], margin)
             status = ACCEPTED if safe else REFUSED
         states = self.robot.rollout(pose, controls, self.mpc_config.dt)
-        footprint = mpc.collision.trajectory_clearance(field_, states, controls)
+        footprint = self.trajectory_clearance(field_, states, controls)
         pts = self.robot.densify(states, controls, self.mpc_config.dt, self.mpc_config.densify)
         elapsed = time.perf_counter() - t0
         return (
@@ -177,7 +244,7 @@ class PeerController(Controller):
                 dt=self.mpc_config.dt,
                 wall_time_s=elapsed,
                 footprint_clearance=footprint,
-                required_margin=mpc.start_margin(field_, pose, margin),
+                required_margin=self.required_clearance(field_, pose, margin),
             ),
             None,
         )

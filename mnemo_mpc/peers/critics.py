@@ -99,7 +99,8 @@ class Scene:
     pose: np.ndarray  # (3,) the start
     path: np.ndarray  # (M, 2) the local path (`peers.local_path`), ending at the sub-goal
     goal: np.ndarray | None  # (3,) the goal when the path ends there, else None
-    required_margin: float  # a pose whose footprint margin is below this is in collision (the safety check's)
+    required_margin: float  # a pose whose bilinear footprint margin is below this is in collision (the safety check's
+    # requirement plus the MPC's clearance buffer: `peers.base.footprint_clearance`)
     dt: float
 
 

@@ -8,7 +8,8 @@ Sec. 3 of the paper, with the project's robot model and footprint check:
    sampled on a `v_samples` x `w_samples` grid, and only *admissible* velocities V_a are kept: the robot, driving the
    arc for one period and then braking as hard as it can, stops before any obstacle (the paper's
    v <= sqrt(2 dist(v, w) dv_b), w <= sqrt(2 dist(v, w) dw_b), evaluated here by rolling the stop out: the same
-   footprint check at the same margin as the shared safety layer, `peers.base`).
+   clearance at the same margin as the shared safety layer, `peers.base.footprint_clearance` and
+   `PeerController.required_clearance`).
 2. Objective G(v, w) = sigma(alpha heading + beta dist + gamma velocity), each term normalised to [0, 1] over the
    admissible set: `heading` = pi - |bearing of the target - heading| at the pose the robot reaches when it drives
    the arc for one period and then brakes (the paper's definition); `dist` = the arc length driven before the
@@ -31,8 +32,7 @@ from scipy import ndimage
 
 from mnemo_mpc.errors import InputError, is_real
 from mnemo_mpc.nav.controller import ControllerConfig, WarmStartContext
-from mnemo_mpc.nav.recovery import required_margin
-from mnemo_mpc.peers.base import PeerController, Proposal, plan_v_min, reachable
+from mnemo_mpc.peers.base import PeerController, Proposal, footprint_clearance, plan_v_min, reachable
 from mnemo_mpc.planning.mpc import MPCConfig
 from mnemo_mpc.planning.robot import RobotModel
 
@@ -104,7 +104,7 @@ class DWAController(PeerController):
         cfg, robot, dt = self.dwa_config, self.robot, self.mpc_config.dt
         field_, pose, velocity = context.field, np.asarray(context.pose, dtype=float), context.velocity
         mpc = self.mpc(field_.shape)
-        required = required_margin(mpc, field_, pose, margin)
+        required = self.required_clearance(field_, pose, margin)
 
         low, high = reachable(velocity, robot, dt)
         low[0] = max(low[0], min(plan_v_min(robot, self.mpc_config), high[0]))
@@ -113,17 +113,20 @@ class DWAController(PeerController):
         grid_v, grid_w = np.meshgrid(vs, ws, indexing="ij")  # (V, W)
         samples = np.stack([grid_v.ravel(), grid_w.ravel()], axis=-1)  # (S, 2)
 
-        # Admissible (V_a): one period on the arc, then the hardest stop, keeps the footprint's margin.
+        # Admissible (V_a): one period on the arc, then the hardest stop, keeps the footprint's margin on the safety
+        # check's own clearance (`peers.base.footprint_clearance`: exact at corners, the MPC's buffer elsewhere).
         stop = self._stopping(samples)  # (S, M, 2)
         stop_poses = _rollout(pose, stop, dt, cfg.substeps)  # (S, M * substeps + 1, 3)
-        stop_margin = mpc.collision.pose_margins(field_, stop_poses).min(axis=1)
+        stop_margin = footprint_clearance(mpc, field_, stop_poses).min(axis=1)
         admissible = stop_margin >= required
 
         # dist: the arc length driven before the footprint meets an obstacle, within sim_time_s.
         horizon = cfg.sim_time_s if cfg.sim_time_s is not None else self.mpc_config.N * dt
         steps = max(int(math.ceil(horizon / dt)), 1)
         arcs = _rollout(pose, np.repeat(samples[:, None, :], steps, axis=1), dt, cfg.substeps)
-        hit = mpc.collision.pose_margins(field_, arcs[:, 1:]) < required  # (S, P)
+        # (the bilinear field less the MPC's buffer: a score over S x P poses, where the exact distance costs too much)
+        buffer = self.mpc_config.clearance_buffer
+        hit = mpc.collision.pose_margins(field_, arcs[:, 1:]) - buffer < required  # (S, P)
         t_hit = np.where(hit.any(axis=1), (hit.argmax(axis=1) + 1) * dt / cfg.substeps, np.inf)
         free = ~np.isfinite(t_hit)
         dist = np.where(

@@ -31,7 +31,6 @@ import numpy as np
 
 from mnemo_mpc.errors import InputError, is_real
 from mnemo_mpc.nav.controller import ControllerConfig, WarmStartContext
-from mnemo_mpc.nav.recovery import required_margin
 from mnemo_mpc.peers.base import PeerController, Proposal, plan_v_min
 from mnemo_mpc.peers.critics import CriticConfig, Scene, Scores, score
 from mnemo_mpc.planning.mpc import MPCConfig
@@ -169,7 +168,8 @@ class MPPIController(PeerController):
             pose=np.asarray(pose, dtype=float),
             path=path,
             goal=goal,
-            required_margin=required_margin(mpc, field_, pose, margin),
+            # the critics read the bilinear field: the safety check's requirement plus the MPC's buffer (`peers.base`)
+            required_margin=self.required_clearance(field_, pose, margin) + self.mpc_config.clearance_buffer,
             dt=self.mpc_config.dt,
         )
         state = torch.tensor(np.concatenate([pose, self.robot.clip_control(context.velocity)]), dtype=torch.float64)
