@@ -293,26 +293,31 @@ def test_a_box_crossing_the_grids_is_tracked_on_diagnostics_and_drawn_on_the_tra
     """moving_prediction 'track': the robot stands still with a goal ahead while a box crosses its grids at 1 m/s
     (grids at the node's 10 Hz). /diagnostics must carry a track moving at about that velocity and, with
     visualization_msgs installed, ~/tracks its markers."""
-    from moving_box import BOX_Y_M, GOAL, SPEED_M_S, box_cells
+    from moving_box import BOX_Y_M, GOAL, SPEED_M_S, box_cells, box_x
 
     try:
         from visualization_msgs.msg import Marker, MarkerArray
     except ImportError:
         MarkerArray = None
-    live = LiveNode(ros_env, tmp_path, args=["-p", "moving_prediction:=track", "-p", "diagnostics_rate_hz:=5"])
+    live = LiveNode(ros_env, tmp_path, args=["-p", "moving_prediction:=track", "-p", "diagnostics_rate_hz:=10"])
     live.still, live.grid_cells = True, box_cells
     markers: list = []
     if MarkerArray is not None:
         live.node.create_subscription(MarkerArray, "/mnemo_mpc_nav/tracks", markers.append, 10)
 
-    def tracked() -> dict | None:
-        """The last planner diagnostics that carry a track, as key -> value."""
-        for array in reversed(live.diagnostics):
-            for status in array.status:
-                values = {kv.key: kv.value for kv in status.values}
-                if "local planner" in status.name and int(values.get("tracks", "0")) > 0:
-                    return values
-        return None
+    def tracked() -> list[dict]:
+        """The planner diagnostics that carry a track, as key -> value."""
+        values = [
+            {kv.key: kv.value for kv in status.values}
+            for array in live.diagnostics
+            for status in array.status
+            if "local planner" in status.name
+        ]
+        return [v for v in values if int(v.get("tracks", "0")) > 0]
+
+    def mid() -> list[dict]:
+        """... those of the middle of a crossing (|x| < 2 m: away from the window's edge)."""
+        return [v for v in tracked() if abs(float(v["track_0_position_m"].split(",")[0])) < 2.0]
 
     def drawn() -> bool:
         return any(m.ns == "tracks" and m.action == Marker.ADD for a in markers for m in a.markers)
@@ -322,34 +327,43 @@ def test_a_box_crossing_the_grids_is_tracked_on_diagnostics_and_drawn_on_the_tra
         goal_pub = live.goal_publisher(latched=False)
         assert live.spin(10.0, until=lambda: goal_pub.get_subscription_count() > 0)
         goal_pub.publish(live.goal_msg(*GOAL[:2]))
-        # A track is confirmed ~1 s after the box appears (free before it for 0.5 s, then 5 hits); give it one
-        # crossing (5 s), and a second for a slow machine.
-        assert live.spin(10.0, until=lambda: tracked() is not None), live.text()[-3000:]
-        live.spin(1.0)  # a few more grids: the velocity settles
-        values = tracked()
-        assert values["tracks_frame"] == "odom"
-        vx, vy = (float(c) for c in values["track_0_velocity_m_s"].split(","))
-        assert vx == pytest.approx(SPEED_M_S, abs=0.25) and abs(vy) < 0.25, values
-        assert float(values["track_0_speed_m_s"]) == pytest.approx(SPEED_M_S, abs=0.25), values
-        assert float(values["track_0_position_m"].split(",")[1]) == pytest.approx(BOX_Y_M, abs=0.15), values
-        report("live_tracks", {k: values[k] for k in ("tracks", "track_0_velocity_m_s", "track_0_position_m")})
+        # A track is confirmed ~1 s after the box appears (free before it for 0.5 s, then 5 hits); then sample it over
+        # the middle of a crossing.
+        assert live.spin(10.0, until=lambda: tracked()), live.text()[-3000:]
+        assert live.spin(10.0, until=lambda: len(mid()) >= 10), tracked()[-3:]
         if MarkerArray is not None:
             assert live.spin(5.0, until=drawn), f"no track markers on ~/tracks\n{live.text()[-3000:]}"
-            array = next(a for a in reversed(markers) if any(m.ns == "tracks" for m in a.markers))
-            assert array.markers[0].action == Marker.DELETEALL
-            cylinder = next(m for m in array.markers if m.ns == "tracks")
-            assert cylinder.header.frame_id == "odom" and cylinder.header.stamp.sec > 0
-            assert cylinder.pose.position.y == pytest.approx(BOX_Y_M, abs=0.15)
-            arrow = next(m for m in array.markers if m.ns == "track_velocity" and m.id == cylinder.id)
-            tail, tip = arrow.points
-            assert tip.x - tail.x == pytest.approx(SPEED_M_S, abs=0.25)  # one second of its velocity
-            assert any(m.ns == "predicted" and len(m.points) > 1 for m in array.markers)
     finally:
         rc = live.stop(signal.SIGINT)
     text = live.text()
     assert rc == 0, text[-3000:]
     assert "Traceback" not in text
     assert ("visualization_msgs is not installed" in text) == (MarkerArray is None)
+
+    samples = mid()
+    assert all(v["tracks_frame"] == "odom" for v in samples)
+    velocity = np.array([[float(c) for c in v["track_0_velocity_m_s"].split(",")] for v in samples])
+    position = np.array([[float(c) for c in v["track_0_position_m"].split(",")] for v in samples])
+    speed = np.array([float(v["track_0_speed_m_s"]) for v in samples])
+    # The median: over DDS the grid a tick sees is up to a period old and the tracker's clock is the controller's
+    # step (one dt per tick), so single estimates of a 1 m/s box range 0.55-1.25 m/s (the xfails in test_ros_tracks).
+    assert np.median(velocity[:, 0]) == pytest.approx(SPEED_M_S, abs=0.15), velocity
+    assert np.median(np.abs(velocity[:, 1])) < 0.1 and np.median(speed) == pytest.approx(SPEED_M_S, abs=0.15)
+    assert np.all(np.abs(position[:, 1] - BOX_Y_M) < 0.15), position
+    assert np.all(np.abs(position[:, 0]) <= abs(box_x(0.0)) + 0.6)
+    report(
+        "live_tracks", {"samples": len(samples), "vx_p5_p50_p95": np.percentile(velocity[:, 0], [5, 50, 95]).tolist()}
+    )
+    if MarkerArray is not None:
+        array = next(a for a in reversed(markers) if any(m.ns == "tracks" for m in a.markers))
+        assert array.markers[0].action == Marker.DELETEALL
+        cylinder = next(m for m in array.markers if m.ns == "tracks")
+        assert cylinder.header.frame_id == "odom" and cylinder.header.stamp.sec > 0
+        assert cylinder.pose.position.y == pytest.approx(BOX_Y_M, abs=0.15)
+        arrow = next(m for m in array.markers if m.ns == "track_velocity" and m.id == cylinder.id)
+        tail, tip = arrow.points
+        assert tip.x - tail.x > 0.4 and abs(tip.y - tail.y) < 0.25  # one second of its velocity, along +x
+        assert any(m.ns == "predicted" and len(m.points) > 1 for m in array.markers)
 
 
 @pytest.mark.parametrize(
