@@ -4,6 +4,8 @@ it tracks crossing its grids."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -129,6 +131,14 @@ def test_markers_with_rclpy_classes_serialise():
     back = deserialize_message(serialize_message(msg), types.MarkerArray)
     assert len(back.markers) == 1 + 3 * len(TRACKS) + 1
     assert back.markers[1].ns == NS_TRACK and back.markers[1].id == 7
+
+
+def test_without_visualization_msgs_the_node_has_no_marker_types(monkeypatch):
+    pytest.importorskip("rclpy", reason="the node module needs rclpy")
+    from mnemo_mpc.ros import node
+
+    monkeypatch.setitem(sys.modules, "visualization_msgs.msg", None)  # `import` raises ImportError
+    assert node.marker_types() is None
 
 
 # --- the node core: a box crossing the grids ------------------------------------------------------------------------
