@@ -60,6 +60,7 @@ EXTRAS = {
             "ros-jazzy-std-msgs",
             "ros-jazzy-diagnostic-msgs",
             "ros-jazzy-rosgraph-msgs",
+            "ros-jazzy-visualization-msgs",
         )
     ],
 }

@@ -73,6 +73,7 @@ UNIT = {
     "test_ros_params",
     "test_ros_replay",
     "test_ros_sim_adapter",
+    "test_ros_tracks",
     "test_rotation_shim",
     "test_sim_data",
     "test_sim_plot",
@@ -341,6 +342,11 @@ SLOW_IN_PROCESS: dict[str, list[str]] = {
         "test_goal_reached_ramps_to_zero_then_idles",
     ],
     "test_ros_replay": ["test_replay_writes_the_commands_the_node_would_publish"],
+    "test_ros_tracks": [  # 30-60 node-core ticks: ~1 s each
+        "test_the_node_core_reports_the_crossing_box_on_diagnostics",
+        "test_a_node_ticking_faster_than_dt_tracks_the_true_speed",
+        "test_grids_a_few_ms_off_the_ticks_keep_the_velocity_estimate",
+    ],
     "test_worlds": [
         "test_dense_is_generated_only_when_named_and_width_comes_from_config",
         "test_deterministic_per_seed_and_distinct_across_seeds",

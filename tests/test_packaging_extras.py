@@ -37,6 +37,7 @@ CORE = [
 OPTIONAL = {
     "mnemo_mpc/planning/plot.py": {"matplotlib"},  # figures for commands and notebooks
     "mnemo_mpc/ros/convert.py": {"rosbags"},  # MessageTypes.from_rosbags: bag replay and the tests
+    "mnemo_mpc/ros/tracks.py": {"rosbags"},  # MarkerTypes.from_rosbags: the tests
     "mnemo_mpc/warmstart/export.py": {"torch", "onnx", "onnxruntime"},  # export (runtime imports its constants)
 }
 

@@ -315,7 +315,7 @@ def test_a_normal_status_is_not_logged_as_a_warning():
     logger = SimpleNamespace(**{level: got.append for level, got in lines.items()})
     adapter = SimpleNamespace(tick=lambda now: next(results), _reported_status=("idle", ""))
     adapter.status_change = lambda result: NavAdapter.status_change(adapter, result)
-    fake = SimpleNamespace(adapter=adapter, get_logger=lambda: logger, _now=lambda: 0.0)
+    fake = SimpleNamespace(adapter=adapter, get_logger=lambda: logger, _now=lambda: 0.0, marker_pub=None)
     for _ in sequence:
         node.NavNode._tick(fake)
     assert lines["warning"] == ["control status: fallback_previous_plan (solver: x)"]

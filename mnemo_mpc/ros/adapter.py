@@ -32,9 +32,12 @@ import numpy as np
 
 from mnemo_mpc.errors import InputError
 from mnemo_mpc.nav.controller import Controller, ControlOutput, same_goal
+from mnemo_mpc.nav.tracking import Track
 from mnemo_mpc.planning.grid import OccupancyGrid
+from mnemo_mpc.planning.mpc import PredictedObstacles
 from mnemo_mpc.profile import NavParams
 from mnemo_mpc.ros import convert
+from mnemo_mpc.ros.tracks import EXTRA_LISTED, nearest_first, track_values
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +105,10 @@ class AdapterStats:
     last_status: str = "idle"
     last_reason: str = ""
     last_rejection: str = ""
+    # The last tick's confirmed tracks, nearest the robot first, and what the MPC met of them (moving_prediction
+    # 'track'); a tick that did not plan (idle, stale input, error) has none.
+    tracks: tuple[Track, ...] = ()
+    predicted: PredictedObstacles | None = None
 
 
 class NavAdapter:
@@ -324,10 +331,12 @@ class NavAdapter:
         s = self.stats
         s.statuses[result.status] += 1
         s.last_status, s.last_reason = result.status, result.reason
+        out = result.output
+        s.tracks = () if out is None else tuple(nearest_first(out.tracks, out.start_state))
+        s.predicted = None if out is None else out.predicted
         if result.status == "idle":
             return
         s.tick_ms.append(seconds * 1e3)
-        out = result.output
         if out is not None and out.plan is not None:
             s.solve_ms.append(out.plan.time_s * 1e3)
             s.iterations.append(out.plan.iterations)
@@ -344,7 +353,8 @@ class NavAdapter:
         return (logging.DEBUG if status_level(result.status) == 0 else logging.WARNING), text
 
     def diagnostics(self) -> tuple[int, str, dict[str, str]]:
-        """(level 0 OK / 1 WARN / 2 ERROR, message, key -> value) for a diagnostic_msgs/DiagnosticStatus."""
+        """(level 0 OK / 1 WARN / 2 ERROR, message, key -> value) for a diagnostic_msgs/DiagnosticStatus; with tracking
+        on, the last tick's tracks too (`mnemo_mpc.ros.tracks.track_values`)."""
         s = self.stats
 
         def pct(values: deque, q: float) -> str:
@@ -368,5 +378,8 @@ class NavAdapter:
             "rejected_messages": ", ".join(f"{k}={v}" for k, v in sorted(s.rejected.items())) or "0",
             "last_rejection": s.last_rejection,
         }
+        tracking = self.controller.config.tracking
+        if tracking is not None:  # moving_prediction 'track': the last tick's tracks, in the grid's frame
+            values.update(track_values(s.tracks, self.params.frame_id, tracking.slots + EXTRA_LISTED))
         message = s.last_status + (f": {s.last_reason}" if s.last_reason else "")
         return status_level(s.last_status), message, values

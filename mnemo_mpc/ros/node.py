@@ -1,15 +1,17 @@
 """`ros2 run mnemo_mpc nav_node` / `ros2 launch mnemo_mpc nav.launch.py`: the local planner as a ROS2 node.
 
 A thin adapter: parameters come from `NavParams` (declared with their descriptions), callbacks and the control
-timer delegate to `NavAdapter`; /diagnostics reports its state; the library's log records (`mnemo_mpc.*`) go to the
-node's ROS logger. Bad parameters end the process with one line on stderr and exit status 2; SIGINT and SIGTERM end
-it with status 0.
+timer delegate to `NavAdapter`; /diagnostics reports its state; with `moving_prediction: track` the tracked obstacles
+are drawn on `~/tracks` (visualization_msgs/MarkerArray, when that package is installed); the library's log records
+(`mnemo_mpc.*`) go to the node's ROS logger. Bad parameters end the process with one line on stderr and exit status 2;
+SIGINT and SIGTERM end it with status 0.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +32,7 @@ from mnemo_mpc.profile import NODE_NAME, NavParams, ros_name
 from mnemo_mpc.ros.adapter import NavAdapter
 from mnemo_mpc.ros.convert import MessageTypes
 from mnemo_mpc.ros.ros_logging import forward_library_logs
+from mnemo_mpc.ros.tracks import MarkerTypes, track_markers
 
 RCLPY_TYPES = MessageTypes(
     Time=Time,
@@ -50,6 +53,31 @@ RCLPY_TYPES = MessageTypes(
 # (`ros2 topic pub`, RViz) and transient-local (latched) ones alike. (A transient-local subscription refused volatile
 # publishers; subscribing with both made every volatile publisher warn about the incompatible twin.)
 INPUT_QOS = QoSProfile(depth=1, durability=DurabilityPolicy.VOLATILE, reliability=ReliabilityPolicy.RELIABLE)
+TRACKS_TOPIC = "~/tracks"  # the tracked obstacles' markers (moving_prediction 'track'); remap it as any topic
+# Markers at most this often (a display needs no more; a MarkerArray of 5 tracks takes ~1.4 ms to build in rclpy)
+MARKER_RATE_HZ = 10.0
+
+
+def marker_types() -> MarkerTypes | None:
+    """rclpy's classes for the track markers, or None when visualization_msgs is not installed (it is optional: the
+    `[ros]` extra brings it, a ROS install may not have it)."""
+    try:
+        from sensor_msgs.msg import CompressedImage
+        from std_msgs.msg import ColorRGBA
+        from visualization_msgs.msg import Marker, MarkerArray, MeshFile
+    except ImportError:
+        return None
+    from builtin_interfaces.msg import Duration
+
+    return MarkerTypes(
+        base=RCLPY_TYPES,
+        Marker=Marker,
+        MarkerArray=MarkerArray,
+        ColorRGBA=ColorRGBA,
+        Duration=Duration,
+        texture=CompressedImage(),
+        mesh_file=MeshFile(),
+    )
 
 
 def read_params(node: Node, cls: type, reference: str) -> Any:
@@ -86,6 +114,16 @@ class NavNode(Node):
         self.cmd_pub = self.create_publisher(TwistStamped if p.use_stamped_twist else Twist, p.cmd_vel_topic, 10)
         self.plan_pub = self.create_publisher(Path, p.local_plan_topic, 1)
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 1)
+        self.marker_types, self.marker_pub, self._markers_shown, self._markers_s = None, None, False, -math.inf
+        if self.adapter.controller.config.tracking is not None:
+            self.marker_types = marker_types()
+            if self.marker_types is None:
+                self.get_logger().info(
+                    "visualization_msgs is not installed: tracks on /diagnostics only, no markers on "
+                    f"{TRACKS_TOPIC} (install ros-jazzy-visualization-msgs for them)"
+                )
+            else:
+                self.marker_pub = self.create_publisher(self.marker_types.MarkerArray, TRACKS_TOPIC, 1)
         self.create_timer(p.control_period_s, self._tick)
         self.create_timer(1.0 / p.diagnostics_rate_hz, self._publish_diagnostics)
         controller = self.adapter.controller
@@ -108,16 +146,32 @@ class NavNode(Node):
         return callback
 
     def _tick(self) -> None:
-        result = self.adapter.tick(self._now())
+        now = self._now()
+        result = self.adapter.tick(now)
         if result.cmd_vel is not None:
             self.cmd_pub.publish(result.cmd_vel)
         if result.local_plan is not None:
             self.plan_pub.publish(result.local_plan)
+        if self.marker_pub is not None:
+            self._publish_markers(now)
         change = self.adapter.status_change(result)
         if change is not None:  # a normal status (planned, rotating_to_path...) at DEBUG; see adapter.STATUS_LEVELS
             level, text = change
             logger = self.get_logger()
             (logger.debug if level <= logging.DEBUG else logger.warning)(text)
+
+    def _publish_markers(self, now_s: float) -> None:
+        """The last tick's tracks as markers, stamped with the tick's time in the grid's frame, at most
+        `MARKER_RATE_HZ`; built only for a listener, and once more after the last track ended (its DELETEALL clears
+        them)."""
+        tracks = self.adapter.stats.tracks
+        if not (tracks or self._markers_shown) or self.marker_pub.get_subscription_count() == 0:
+            return
+        if tracks and 0.0 <= now_s - self._markers_s < 1.0 / MARKER_RATE_HZ - 1e-3:
+            return
+        msg = track_markers(self.marker_types, tracks, self.adapter.stats.predicted, now_s, self.params.frame_id)
+        self.marker_pub.publish(msg)
+        self._markers_shown, self._markers_s = bool(tracks), now_s
 
     def _publish_diagnostics(self) -> None:
         level, message, values = self.adapter.diagnostics()
