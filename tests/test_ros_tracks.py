@@ -249,17 +249,14 @@ def test_without_tracking_diagnostics_carry_no_track_values(ros_types):
 # The tracker's clock is the controller's step count (nav/controller.py `_plan`: `now = self._clock`, one MPC dt per
 # step), not the node's time or the grid's stamp: right when the node ticks at 1/dt in step with its grids, wrong
 # otherwise. These hold when it runs on the grid's time (strict: an XPASS says the markers can go).
-TRACKER_CLOCK = "the controller's tracker runs on its step count (one dt per tick), not on the grid's time"
 
 
-@pytest.mark.xfail(strict=True, reason=TRACKER_CLOCK)
 def test_a_node_ticking_faster_than_dt_tracks_the_true_speed(ros_types):
     store, types = ros_types
     _, seen = run_crossing_box(store, types, "track", ticks=60, rate_hz=20.0)  # 20 Hz, dt 0.1 s: measured 0.50 m/s
     assert np.median(track_vx(seen)[5:]) == pytest.approx(1.0, abs=0.1)
 
 
-@pytest.mark.xfail(strict=True, reason=TRACKER_CLOCK)
 def test_grids_a_few_ms_off_the_ticks_keep_the_velocity_estimate(ros_types):
     store, types = ros_types
     # measured: 0.58-1.25 m/s (0.999-1.012 m/s without the jitter)

@@ -393,9 +393,11 @@ class Controller:
         max_iter: int | None = None,
         now_s: float | None = None,
         observation_age_s: float = 0.0,
+        grid_age_s: float | None = None,
     ) -> ControlOutput:
         """Compute the command for this control period (dt = MPCConfig.dt) from the grid and the pose and velocity
-        measured `observation_age_s` ago; `now_s` is the caller's clock (default: one dt per step). The stages: the
+        measured `observation_age_s` ago; `now_s` is the caller's clock (default: one dt per step); `grid_age_s`: how
+        long ago the grid was sensed (default: as the pose), the time the tracker takes its cells at. The stages: the
         state predicted to when the command acts (`nav.actuation`), the robot's own cells cleared (`nav.clearing`),
         the plan (`_plan`), and the command the drive needs to follow it."""
         t0 = time.perf_counter()
@@ -411,13 +413,15 @@ class Controller:
             raise InputError(
                 f"Controller.step.observation_age_s: expected seconds in [0, 10], got {observation_age_s!r}"
             )
+        if grid_age_s is not None and not (is_real(grid_age_s) and 0.0 <= grid_age_s <= 10.0):
+            raise InputError(f"Controller.step.grid_age_s: expected seconds in [0, 10] or None, got {grid_age_s!r}")
         if now_s is not None and not is_real(now_s):
             raise InputError(f"Controller.step.now_s: expected a finite time in seconds, got {now_s!r}")
         t_now = self._clock if now_s is None else float(now_s)
         act, history = self._actuation, self._history
         # The tracker runs on the caller's clock (a node's ticks need not be dt apart, nor its grids fresh each tick).
-        self._sensed_s = t_now - float(observation_age_s)
-        self._lead_s = float(observation_age_s) + (act.latency_s if act is not None else 0.0)
+        self._sensed_s = t_now - float(observation_age_s if grid_age_s is None else grid_age_s)
+        self._lead_s = t_now - self._sensed_s + (act.latency_s if act is not None else 0.0)
         if act is not None and history is not None:
             start_pose, start_vel = history.predict(pose, velocity, t_now - observation_age_s, t_now + act.latency_s)
         else:

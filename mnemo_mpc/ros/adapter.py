@@ -268,8 +268,17 @@ class NavAdapter:
         # The odometry's age (its stamp, else its arrival) is part of the delay the controller predicts over.
         odom_s = self._odom.stamp_s if self._odom.stamp_s is not None else self._odom.received_s
         age = min(max(now_s - odom_s, 0.0), self.params.stale_timeout_s)
+        grid_s = self._grid.stamp_s if self._grid.stamp_s is not None else self._grid.received_s
+        grid_age = min(max(now_s - grid_s, 0.0), self.params.stale_timeout_s)  # the tracker's time for the cells
         out = self.controller.step(
-            grid, pose, velocity, self._goal, global_path=self._path, now_s=now_s, observation_age_s=age
+            grid,
+            pose,
+            velocity,
+            self._goal,
+            global_path=self._path,
+            now_s=now_s,
+            observation_age_s=age,
+            grid_age_s=grid_age,
         )
         target = np.zeros(2) if out.status == "goal_reached" else out.command
         reason = out.solve_error or ", ".join(out.flags)
