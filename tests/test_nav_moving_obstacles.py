@@ -165,3 +165,19 @@ def test_a_tracked_crossing_box_is_met_where_it_will_be():
     assert got["least"] >= RobotModel().safety_margin - 0.02
     assert np.isfinite(got["time"])
     assert crossing(ControllerConfig())["least"] < 0.0
+
+
+def test_the_approach_guard_stops_driving_at_a_close_moving_obstacle_only():
+    from mnemo_mpc.nav.prediction import approach_guard
+    from mnemo_mpc.nav.tracking import Track
+
+    box = Track(1, np.array([1.0, 0.0]), np.array([-0.5, 0.0]), np.eye(4) * 1e-3, 0.2, 1.0, True, np.zeros((0, 2)))
+    pose, cmd, none = np.array([0.4, 0.0, 0.0]), np.array([0.3, 0.5]), np.zeros((0, 2))
+    # 0.6 m centre to centre: 0.2 from the outer circle (0.2) and the box's radius: inside the 0.25 m zone, ahead
+    guarded, stopped = approach_guard(cmd, pose, 0.2, [box], none, 0.25)
+    assert stopped and guarded[0] == 0.0 and guarded[1] == 0.5  # it may still turn
+    assert not approach_guard(cmd, np.array([0.4, 0.0, np.pi]), 0.2, [box], none, 0.25)[1]  # driving away
+    assert not approach_guard(cmd, np.array([-0.2, 0.0, 0.0]), 0.2, [box], none, 0.25)[1]  # 0.45 m off: outside
+    assert approach_guard(-cmd, np.array([0.4, 0.0, np.pi]), 0.2, [box], none, 0.25)[1]  # reversing at it
+    # a detected moving cell counts as well
+    assert approach_guard(cmd, pose, 0.2, [], np.array([[0.75, 0.1]]), 0.25)[1]

@@ -51,7 +51,13 @@ from mnemo_mpc.nav.maneuver import Maneuver, plan_maneuver
 from mnemo_mpc.nav.modes import MODES, SQP_MODES
 from mnemo_mpc.nav.moving_obstacles import MovingObstacleConfig, MovingObstacles, stopping_reach
 from mnemo_mpc.nav.own_path import OwnPath
-from mnemo_mpc.nav.prediction import PredictionConfig, near_tracks, predicted_obstacles, without_tracks
+from mnemo_mpc.nav.prediction import (
+    PredictionConfig,
+    approach_guard,
+    near_tracks,
+    predicted_obstacles,
+    without_tracks,
+)
 from mnemo_mpc.nav.prefetch import Prefetcher, Targets, next_context
 from mnemo_mpc.nav.recovery import Behaviour, ProgressChecker
 from mnemo_mpc.nav.reference import regulated_speed, subgoal_and_reference, visible_subgoal
@@ -432,6 +438,15 @@ class Controller:
         out = self._plan(grid, start_pose, start_vel, goal, global_path, max_iter, t0)
         out.start_state = np.concatenate([start_pose, start_vel])
         out.tracks, out.predicted = tuple(self._tracks), self._predicted
+        if self.config.tracking is not None and out.status != "goal_reached":
+            points = self._moving.detected_points() if self._moving is not None else np.zeros((0, 2))
+            mpc = self.mpc(grid.shape)
+            guarded, stopped = approach_guard(
+                out.command, start_pose, mpc.outer_radius, self._tracks, points, self.config.tracking.stop_zone_m
+            )
+            if stopped:
+                out.command, _ = self.check_command(guarded, start_vel)
+                out.flags = (*out.flags, "approach_stop")
         if self._prefetch is not None:
             self._prefetch_next(out)
         if act is not None and history is not None:

@@ -175,6 +175,15 @@ class MovingObstacles:
             return grid
         return self._inflate(grid, corner)
 
+    def detected_points(self) -> np.ndarray:
+        """(P, 2) centres, in the grids' frame, of the cells of the moving obstacles detected now."""
+        frame = self._runs._frame
+        if not self._detected or frame is None:
+            return np.zeros((0, 2))
+        res, ox, oy = frame
+        cells = np.concatenate([c for _, c in self._detected])
+        return np.column_stack([ox + (cells[:, 1] + 0.5) * res, oy + (cells[:, 0] + 0.5) * res])
+
     def _detect(self, now: float) -> None:
         if not self._evidence:
             return

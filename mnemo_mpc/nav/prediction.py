@@ -10,6 +10,8 @@ The tracker (`nav.tracking`) turns the grids into tracks with a velocity. For ea
   R_j(t_k) = r_j + min(sigmas * sigma_j(t_k), max_growth_m), sigma_j(t) the 1-sigma radius of the position
   covariance F(t) P_j F(t)^T (the estimate carried forward, without the process noise of future manoeuvres, which
   grows as t^3/2 and would fill the horizon: a person who turns is met by the next step's measurement);
+* stops the robot driving towards a moving obstacle that is already close (`approach_guard`), as Nav2's collision
+  monitor does in its stop zone: whatever the plan, the last command may turn but not close in;
 * marks where the tracks are for the reachable-set detector (`nav.moving_obstacles`) to leave alone (`near_tracks`),
   so it keeps guarding what is moving but not tracked yet -- the first half-second of a new obstacle.
 
@@ -43,6 +45,8 @@ class PredictionConfig:
     max_growth_m: float = 0.3
     # Cells this far around a track (beyond its radius) are the tracker's: the detector takes no evidence there.
     track_guard_m: float = 0.3
+    # A moving obstacle (tracked or detected) this near the footprint's outer circle may not be driven towards.
+    stop_zone_m: float = 0.25
 
     def __post_init__(self) -> None:
         if not isinstance(self.tracker, TrackerConfig):
@@ -50,7 +54,7 @@ class PredictionConfig:
         s = self.slots
         if isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= MAX_MOVING_OBSTACLES:
             raise InputError(f"PredictionConfig.slots: expected an integer in [1, {MAX_MOVING_OBSTACLES}], got {s!r}")
-        for name in ("sigmas", "max_growth_m", "track_guard_m"):
+        for name in ("sigmas", "max_growth_m", "track_guard_m", "stop_zone_m"):
             value = getattr(self, name)
             if not (is_real(value) and value >= 0):
                 raise InputError(f"PredictionConfig.{name}: expected a finite number >= 0, got {value!r}")
@@ -128,3 +132,25 @@ def near_tracks(grid: OccupancyGrid, tracks: list[Track], guard_m: float) -> np.
     if seeds.any():
         near |= ndimage.distance_transform_edt(~seeds) * grid.resolution <= guard_m
     return near
+
+
+def approach_guard(
+    command: np.ndarray, pose: np.ndarray, outer_radius: float, tracks: list[Track], points: np.ndarray, zone_m: float
+) -> tuple[np.ndarray, bool]:
+    """`command` (v, w) with v set to 0 when it drives the robot at `pose` towards a moving obstacle within `zone_m`
+    of its outer circle: a track (its centre and radius) or a detected moving cell (`points`, (P, 2)). The collision
+    monitor's stop zone (Nav2 `collision_monitor`, action "stop", moving obstacles only): a box that comes at a robot
+    standing or turning runs into it; a robot that keeps creeping at it drives into it -- the robot's fault (generic
+    robot, corridor-1053 and 1080: 0.07 m/s fallbacks between stops as a box reached it). Returns (command, guarded)."""
+    v = float(command[0])
+    if v == 0.0:
+        return command, False
+    heading = np.array([np.cos(pose[2]), np.sin(pose[2])]) * np.sign(v)
+    centres = [np.asarray(t.position, dtype=float) for t in tracks] + list(np.asarray(points, dtype=float))
+    radii = [float(t.radius_m) for t in tracks] + [0.0] * len(points)
+    for c, r in zip(centres, radii, strict=True):
+        d = c - np.asarray(pose[:2], dtype=float)
+        dist = float(np.hypot(*d))
+        if dist - r - outer_radius <= zone_m and dist > 1e-9 and float(np.dot(heading, d)) > 0.0:
+            return np.array([0.0, float(command[1])]), True
+    return command, False
