@@ -14,6 +14,22 @@ def is_real(value: object) -> bool:
     )
 
 
+def check_integers(owner: object, bounds: tuple[tuple[str, int, int | None], ...]) -> None:
+    """Each (field, low, high) of `owner` an integer (not a bool) in [low, high] (high None: no upper bound), else an
+    InputError naming `Class.field` and the range."""
+    for name, low, high in bounds:
+        value = getattr(owner, name)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, np.integer))
+            or value < low
+            or (high is not None and value > high)
+        ):
+            raise InputError(
+                f"{type(owner).__name__}.{name}: expected an integer in [{low}, {high or 'inf'}], got {value!r}"
+            )
+
+
 class MnemoError(Exception):
     """Base class: every message names the field or file and what was expected."""
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import ndimage
 
-from mnemo_mpc.errors import InputError, is_real
+from mnemo_mpc.errors import InputError, check_integers, is_real
 from mnemo_mpc.planning.grid import OCCUPIED, OccupancyGrid
 
 
@@ -54,17 +54,7 @@ class MovingObstacleConfig:
             value = getattr(self, name)
             if not (is_real(value) and value > 0):
                 raise InputError(f"MovingObstacleConfig.{name}: expected a finite number > 0, got {value!r}")
-        for name, low, high in (("min_cells", 1, None), ("free_value", 0, 100)):
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, np.integer))
-                or value < low
-                or (high is not None and value > high)
-            ):
-                raise InputError(
-                    f"MovingObstacleConfig.{name}: expected an integer in [{low}, {high or 'inf'}], got {value!r}"
-                )
+        check_integers(self, (("min_cells", 1, None), ("free_value", 0, 100)))
 
 
 class FreeRuns:

@@ -45,7 +45,7 @@ import numpy as np
 from scipy import ndimage
 from scipy.optimize import linear_sum_assignment
 
-from mnemo_mpc.errors import InputError, is_real
+from mnemo_mpc.errors import InputError, check_integers, is_real
 from mnemo_mpc.nav.moving_obstacles import FreeRuns
 from mnemo_mpc.planning.grid import OccupancyGrid
 
@@ -106,17 +106,7 @@ class TrackerConfig:
             value = getattr(self, name)
             if not (is_real(value) and 0 <= value <= 1):
                 raise InputError(f"TrackerConfig.{name}: expected a number in [0, 1], got {value!r}")
-        for name, low, high in (("free_value", 0, 100), ("min_cells", 1, None), ("confirm_hits", 2, None)):
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, np.integer))
-                or value < low
-                or (high is not None and value > high)
-            ):
-                raise InputError(
-                    f"TrackerConfig.{name}: expected an integer in [{low}, {high or 'inf'}], got {value!r}"
-                )
+        check_integers(self, (("free_value", 0, 100), ("min_cells", 1, None), ("confirm_hits", 2, None)))
         if self.grace_s > self.young_s:
             raise InputError(
                 f"TrackerConfig.grace_s: expected <= young_s ({self.young_s}) (evidence is young), got {self.grace_s}"
