@@ -243,3 +243,11 @@ def test_cli_help_lists_commands():
         [sys.executable, "-m", "mnemo_mpc.cli", "--help"], capture_output=True, text=True, check=True
     ).stdout
     assert "COMMAND" in out
+
+
+def test_the_readme_stays_a_short_front_door():
+    """The README is the front door (DEVELOPERS.md; issue 27): at most 180 lines, none over 120 characters; the
+    measured detail lives in docs/."""
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 180
+    assert [i + 1 for i, line in enumerate(lines) if len(line) > 120] == []
