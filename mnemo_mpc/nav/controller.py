@@ -511,7 +511,8 @@ class Controller:
 
         subgoal, reference = self._route(grid, pose, goal, own, now)
         margin = self._step_margin(field_, grid.shape, reference)
-        if self._shim is not None:
+        # The shim turns in place blind to moving obstacles: with one predicted near, the MPC (which sees it) turns.
+        if self._shim is not None and self._predicted is None:
             turn = self._shim.target(self.mpc(grid.shape), field_, pose, velocity, reference, margin)
             if turn is not None:
                 self._last_plan = None  # planned for the old heading: neither a start nor a fallback any more
