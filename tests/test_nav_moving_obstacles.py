@@ -181,3 +181,26 @@ def test_the_approach_guard_stops_driving_at_a_close_moving_obstacle_only():
     assert approach_guard(-cmd, np.array([0.4, 0.0, np.pi]), 0.2, [box], none, 0.25)[1]  # reversing at it
     # a detected moving cell counts as well
     assert approach_guard(cmd, pose, 0.2, [], np.array([[0.75, 0.1]]), 0.25)[1]
+
+
+def test_the_rotation_shim_stands_aside_while_a_moving_obstacle_is_predicted():
+    """The robot faces away from its path; the shim would turn it in place, blind to a box crossing 0.8 m ahead of it.
+    While the box is predicted, the MPC (which sees it) does the turning."""
+    robot = RobotModel()
+    ctl = Controller(robot, MPCConfig(fallback=None), ControllerConfig(tracking=PredictionConfig()))
+    pose, vel, goal = np.array([3.0, 2.0, np.pi]), np.zeros(2), np.array([7.0, 2.0, 0.0])
+    path = np.array([pose[:2], goal[:2]])
+    statuses = []
+    for k in range(30):
+        box_y = 0.8 + 0.6 * max(k * DT - 1.0, 0.0)  # still for a second, then crossing at x = 3.8 m
+        corner = (int(round(pose[1] / RES)) - 30, int(round(pose[0] / RES)) - 30)
+        grid_data = np.full((140, 220), -1, np.int8)
+        grid_data[30:110, 30:190] = world(3.8, box_y)
+        grid = window(grid_data, (corner[0] + 30, corner[1] + 30))
+        grid = OccupancyGrid(grid.data, RES, (corner[1] * RES, corner[0] * RES, 0.0))
+        out = ctl.step(grid, pose, vel, goal, global_path=path)
+        statuses.append((out.status, out.predicted is not None))
+        pose, vel = robot.step(pose, out.command, ctl.mpc_config.dt), out.command
+    assert statuses[0] == ("rotating_to_path", False)  # before the box moves: the shim turns the robot
+    predicted = [status for status, p in statuses if p]
+    assert predicted and "rotating_to_path" not in predicted
