@@ -24,6 +24,10 @@ applied. Around that core this module adds what a robot needs and the paper does
 * the drive as it is (`mnemo_mpc.nav.actuation`, `ControllerConfig.actuation`): the state is predicted over the
   measurement's age and the command latency with the commands already sent, the MPC plans from that prediction, and
   the first planned velocity is turned into the command a lagging drive needs to reach it;
+* moving obstacles (`ControllerConfig.tracking`, issue 28): tracked from the grids (`mnemo_mpc.nav.tracking`), taken
+  out of the grid and met as predicted over the horizon by the MPC's time-varying constraints, with a stop zone the
+  robot may not drive into (`mnemo_mpc.nav.prediction`); the rotation shim stands aside while one is predicted near;
+  the detector (`mnemo_mpc.nav.moving_obstacles`) guards what moves but is not tracked yet;
 * the robot's own cells are known free (`mnemo_mpc.nav.clearing`): the footprint, and unknown cells in its turning
   circle, so a limited field of view never freezes it; a start that is truly blocked stops with status
   "fallback_stop_blocked" and starts the recoveries after `blocked_recovery_s`;
