@@ -345,8 +345,8 @@ def test_a_box_crossing_the_grids_is_tracked_on_diagnostics_and_drawn_on_the_tra
     velocity = np.array([[float(c) for c in v["track_0_velocity_m_s"].split(",")] for v in samples])
     position = np.array([[float(c) for c in v["track_0_position_m"].split(",")] for v in samples])
     speed = np.array([float(v["track_0_speed_m_s"]) for v in samples])
-    # The median: over DDS the grid a tick sees is up to a period old and the tracker's clock is the controller's
-    # step (one dt per tick), so single estimates of a 1 m/s box range 0.55-1.25 m/s (the xfails in test_ros_tracks).
+    # The median: single estimates move with the centroid of the cells the box entered since the last scan (young
+    # cells: a face, not the whole box), tick to tick.
     assert np.median(velocity[:, 0]) == pytest.approx(SPEED_M_S, abs=0.15), velocity
     assert np.median(np.abs(velocity[:, 1])) < 0.1 and np.median(speed) == pytest.approx(SPEED_M_S, abs=0.15)
     assert np.all(np.abs(position[:, 1] - BOX_Y_M) < 0.15), position
