@@ -105,6 +105,7 @@ setup(
         "console_scripts": [
             "mnemo-mpc = mnemo_mpc.cli:main",
             "nav_node = mnemo_mpc.ros.node:main",
+            "controller_server = mnemo_mpc.ros.lifecycle_node:main",
             "sim_node = mnemo_mpc.ros.sim_node:main",
         ],
     },

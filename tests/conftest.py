@@ -112,6 +112,7 @@ INTEGRATION = {
 }
 
 ROS = {
+    "test_ros_lifecycle_live",
     "test_ros_node_live",
     "test_ros_sim_live",
 }

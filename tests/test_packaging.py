@@ -191,6 +191,7 @@ def test_colcon_build(tmp_path):
         assert (share / "sim" / rel).is_file(), rel
     # `ros2 run mnemo_mpc nav_node` / `sim_node` look in lib/<package>.
     assert (install / "lib" / "mnemo_mpc" / "nav_node").is_file()
+    assert (install / "lib" / "mnemo_mpc" / "controller_server").is_file()  # the lifecycle node
     assert (install / "lib" / "mnemo_mpc" / "sim_node").is_file()
     assert (install / "lib" / "mnemo_mpc" / "mnemo-mpc").is_file()
     # The installed package finds its data: through the ament index (a sourced workspace) and, unsourced, from its

@@ -134,6 +134,22 @@ def test_acceleration_limits_hold_per_control_period(store, types, rate_hz):
     assert_within_limits(commands, params)
 
 
+def test_a_stop_ramps_to_zero_within_the_limits_then_publishes_nothing(store, types):
+    """A cancelled goal or a deactivated node (`NavAdapter.stop`): dropping the goal alone left the base driving on
+    the last command, since an idle tick publishes nothing."""
+    params = NavParams()
+    ad = NavAdapter(params, types)
+    t, moving = drive(ad, store, types, 15, goal=(3.0, 0.0, 0.0))
+    assert moving[-1][0] > 0.2
+    ad.stop("cancelled")
+    results = [ad.tick(t + k * ad.period_s) for k in range(1, 21)]
+    stopping = np.array([r.command for r in results if r.command is not None])
+    assert ad.goal is None and ad.at_rest and {r.status for r in results} == {"stopping", "idle"}
+    assert results[0].reason == "cancelled"
+    assert np.all(stopping[-1] == 0.0) and results[-1].cmd_vel is None  # at rest: idle, nothing more published
+    assert_within_limits(np.vstack([moving, stopping]), params, previous=(0.0, 0.0))
+
+
 def test_control_rate_below_the_mpc_step_is_refused():
     with pytest.raises(InputError, match="control_rate_hz: expected >= 1/dt"):
         NavParams(control_rate_hz=5.0, dt=0.1)
@@ -244,6 +260,9 @@ def test_the_same_goal_twice_does_not_restart_the_plan(store, types, monkeypatch
     assert len(resets) == 3
 
 
+NODE_MODULES = ("node.py", "lifecycle_node.py", "sim_node.py")  # the rest of ros/ runs without rclpy (tests, replay)
+
+
 def test_rclpy_is_imported_only_by_the_node():
     offenders = []
     for path in (ROOT / "mnemo_mpc").rglob("*.py"):
@@ -253,7 +272,7 @@ def test_rclpy_is_imported_only_by_the_node():
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
-            if any(n.split(".")[0] == "rclpy" for n in names) and path.name not in ("node.py", "sim_node.py"):
+            if any(n.split(".")[0] == "rclpy" for n in names) and path.name not in NODE_MODULES:
                 offenders.append(str(path.relative_to(ROOT)))
     assert offenders == []
 
@@ -316,6 +335,7 @@ def test_a_normal_status_is_not_logged_as_a_warning():
     adapter = SimpleNamespace(tick=lambda now: next(results), _reported_status=("idle", ""))
     adapter.status_change = lambda result: NavAdapter.status_change(adapter, result)
     fake = SimpleNamespace(adapter=adapter, get_logger=lambda: logger, _now=lambda: 0.0, marker_pub=None)
+    fake._publish_tick = lambda result, now: node.NavNode._publish_tick(fake, result, now)
     for _ in sequence:
         node.NavNode._tick(fake)
     assert lines["warning"] == ["control status: fallback_previous_plan (solver: x)"]

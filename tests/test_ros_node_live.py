@@ -45,9 +45,17 @@ class LiveNode:
     """The planner node as a subprocess plus a test node that plays the robot: odometry from integrating cmd_vel,
     a free local grid around the start, the goal from a volatile or transient-local publisher."""
 
-    def __init__(self, env, tmp_path: Path, args=(), namespace: str = "", params: dict | None = None) -> None:
+    def __init__(
+        self,
+        env,
+        tmp_path: Path,
+        args=(),
+        namespace: str = "",
+        params: dict | None = None,
+        module: str = "mnemo_mpc.ros.node",
+    ) -> None:
         self.tmp_path = tmp_path
-        cmd = [sys.executable, "-m", "mnemo_mpc.ros.node", "--ros-args", *args]
+        cmd = [sys.executable, "-m", module, "--ros-args", *args]
         if params is not None:
             f = tmp_path / "params.yaml"
             f.write_text(json.dumps({"/**": {"ros__parameters": params}}))  # JSON is YAML

@@ -53,6 +53,7 @@ STATUS_LEVELS: dict[str, int] = {
     "planned": 0,
     "goal_reached": 0,
     "rotating_to_path": 0,
+    "stopping": 0,  # a cancelled goal or a deactivated node ramping the command to zero (`NavAdapter.stop`)
     "stale_input": 1,
     "fallback_previous_plan": 1,
     "fallback_unconverged": 1,
@@ -127,6 +128,7 @@ class NavAdapter:
         self._last_command = np.zeros(2)
         self._last_log: dict[str, float] = {}
         self._reported_status = ("idle", "")
+        self._stopping = ""  # why the command is ramping to zero with no goal (`stop`); empty: not stopping
 
     @property
     def goal(self) -> np.ndarray | None:
@@ -257,9 +259,25 @@ class NavAdapter:
         self._record(result, time.perf_counter() - t0)
         return result
 
+    def stop(self, reason: str) -> None:
+        """Drop the goal and bring the robot to rest: the following ticks publish the limited ramp to zero (status
+        "stopping", `reason` as its reason) and then nothing, as with no goal. For a cancelled goal and a deactivated
+        node: clearing the goal alone would leave the base driving on the last command it got."""
+        self._goal, self._goal_stamp = None, None
+        self._stopping = reason or "stop requested"
+
+    @property
+    def at_rest(self) -> bool:
+        """True once the last published command is zero."""
+        return not np.any(self._last_command)
+
     def _tick(self, now_s: float) -> TickResult:
         if self._goal is None:
+            if self._stopping and not self.at_rest:
+                return self._publish(np.zeros(2), now_s, "stopping", None, self._stopping)
+            self._stopping = ""
             return TickResult(None, None, "idle")
+        self._stopping = ""
         stale = self._staleness(now_s)
         if stale is not None:
             return self._publish(np.zeros(2), now_s, "stale_input", None, stale)
@@ -306,6 +324,17 @@ class NavAdapter:
                 return f"{name} stamped {abs(now_s - s.stamp_s):.3f} s {when} (stale_timeout_s {timeout})"
         return None
 
+    def command_step(self) -> np.ndarray:
+        """(2,) the most a published command may change in one control period (`limit`)."""
+        step = self.controller.robot.accel_limits * self.period_s
+        actuation = self.controller.config.actuation
+        return step if actuation is None else step / actuation.response(self.period_s)
+
+    def command_range(self) -> np.ndarray:
+        """(2,) the largest |v|, |w| a published command can have."""
+        robot = self.controller.robot
+        return np.maximum(np.abs(robot.control_lower), np.abs(robot.control_upper))
+
     def limit(self, target: np.ndarray) -> np.ndarray:
         """The command to send for `target`: finite, inside the velocity limits and within one control period's
         acceleration of the previous command -- for a drive with lag (`ControllerConfig.actuation`), within the
@@ -314,10 +343,7 @@ class NavAdapter:
         target = np.asarray(target, dtype=float).reshape(-1)
         if target.shape != (2,) or not np.all(np.isfinite(target)):
             target = np.zeros(2)
-        step = robot.accel_limits * self.period_s
-        actuation = self.controller.config.actuation
-        if actuation is not None:
-            step = step / actuation.response(self.period_s)
+        step = self.command_step()
         last = self._last_command
         return robot.clip_control(np.clip(robot.clip_control(target), last - step, last + step))
 

@@ -1,10 +1,12 @@
 """`ros2 run mnemo_mpc nav_node` / `ros2 launch mnemo_mpc nav.launch.py`: the local planner as a ROS2 node.
 
-A thin adapter: parameters come from `NavParams` (declared with their descriptions), callbacks and the control
-timer delegate to `NavAdapter`; /diagnostics reports its state; with `moving_prediction: track` the tracked obstacles
-are drawn on `~/tracks` (visualization_msgs/MarkerArray, when that package is installed); the library's log records
-(`mnemo_mpc.*`) go to the node's ROS logger. Bad parameters end the process with one line on stderr and exit status 2;
-SIGINT and SIGTERM end it with status 0.
+The planner's ROS side is `PlannerInterface`, shared with the lifecycle node (`ros2 run mnemo_mpc controller_server`,
+`lifecycle_node.py`); this node is configured and running from the start. A thin adapter: parameters come from
+`NavParams` (declared with their descriptions), callbacks and the control timer delegate to `NavAdapter`;
+/diagnostics reports its state; with `moving_prediction: track` the tracked obstacles are drawn on `~/tracks`
+(visualization_msgs/MarkerArray, when that package is installed); the library's log records (`mnemo_mpc.*`) go to the
+node's ROS logger. Bad parameters end the process with one line on stderr and exit status 2; SIGINT and SIGTERM end it
+with status 0.
 """
 
 from __future__ import annotations
@@ -87,6 +89,8 @@ def read_params(node: Node, cls: type, reference: str) -> Any:
     a params file) are warned about, pointing at `reference` for the names."""
     defaults = cls()
     for f in dataclasses.fields(cls):
+        if node.has_parameter(ros_name(f)):  # declared by an earlier configure of the same (lifecycle) node
+            continue
         desc = ParameterDescriptor(description=f.metadata["description"], dynamic_typing=True)
         node.declare_parameter(ros_name(f), getattr(defaults, f.name), desc)
     values = {f.name: node.get_parameter(ros_name(f)).value for f in dataclasses.fields(cls)}
@@ -98,22 +102,29 @@ def read_params(node: Node, cls: type, reference: str) -> Any:
     return params
 
 
-class NavNode(Node):
-    def __init__(self) -> None:
-        super().__init__(NODE_NAME)
-        forward_library_logs(self.get_logger())
+class PlannerInterface:
+    """The planner's ROS side, shared by the plain node (`NavNode`: configured and running from the start) and the
+    lifecycle node (`ros/lifecycle_node.py`: Nav2's configure / activate / deactivate / cleanup). A mixin on an rclpy
+    node: `_configure_planner` reads the parameters, builds and warms up the planner and creates the subscriptions and
+    publishers; `_start_control` / `_stop_control` create and destroy the timers; `_release_planner` undoes the
+    configuration."""
+
+    def _configure_planner(self) -> None:
         self.params = read_params(self, NavParams, "config/nav.yaml")
         self.adapter = NavAdapter(self.params, RCLPY_TYPES)
         p = self.params
         warm_up_s = self.adapter.warm_up()
 
-        self.create_subscription(OccupancyGrid, p.grid_topic, self._cb(self.adapter.on_grid), 1)
-        self.create_subscription(Odometry, p.odom_topic, self._cb(self.adapter.on_odometry), 10)
-        self.create_subscription(PoseStamped, p.goal_topic, self._cb(self.adapter.on_goal), INPUT_QOS)
-        self.create_subscription(Path, p.path_topic, self._cb(self.adapter.on_path), INPUT_QOS)
+        self._subscriptions_made = [
+            self.create_subscription(OccupancyGrid, p.grid_topic, self._cb(self.adapter.on_grid), 1),
+            self.create_subscription(Odometry, p.odom_topic, self._cb(self.adapter.on_odometry), 10),
+            self.create_subscription(PoseStamped, p.goal_topic, self._cb(self._on_goal), INPUT_QOS),
+            self.create_subscription(Path, p.path_topic, self._cb(self.adapter.on_path), INPUT_QOS),
+        ]
         self.cmd_pub = self.create_publisher(TwistStamped if p.use_stamped_twist else Twist, p.cmd_vel_topic, 10)
         self.plan_pub = self.create_publisher(Path, p.local_plan_topic, 1)
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 1)
+        self._publishers_made = [self.cmd_pub, self.plan_pub, self.diag_pub]
         self.marker_types, self.marker_pub, self._markers_shown, self._markers_s = None, None, False, -math.inf
         if self.adapter.controller.config.tracking is not None:
             self.marker_types = marker_types()
@@ -124,8 +135,8 @@ class NavNode(Node):
                 )
             else:
                 self.marker_pub = self.create_publisher(self.marker_types.MarkerArray, TRACKS_TOPIC, 1)
-        self.create_timer(p.control_period_s, self._tick)
-        self.create_timer(1.0 / p.diagnostics_rate_hz, self._publish_diagnostics)
+                self._publishers_made.append(self.marker_pub)
+        self._timers_made: list[Any] = []
         controller = self.adapter.controller
         model = controller.warm_start_provider
         self.get_logger().info(
@@ -136,6 +147,27 @@ class NavNode(Node):
             + (f" with {model.info.path} on {model.provider}" if model is not None else "")
         )
 
+    def _start_control(self) -> None:
+        p = self.params
+        self._timers_made = [
+            self.create_timer(p.control_period_s, self._tick),
+            self.create_timer(1.0 / p.diagnostics_rate_hz, self._publish_diagnostics),
+        ]
+
+    def _stop_control(self) -> None:
+        for timer in self._timers_made:
+            self.destroy_timer(timer)
+        self._timers_made = []
+
+    def _release_planner(self) -> None:
+        self._stop_control()
+        for sub in self._subscriptions_made:
+            self.destroy_subscription(sub)
+        for pub in self._publishers_made:
+            self.destroy_publisher(pub)
+        self._subscriptions_made, self._publishers_made = [], []
+        self.adapter = None
+
     def _now(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
 
@@ -145,9 +177,15 @@ class NavNode(Node):
 
         return callback
 
+    def _on_goal(self, msg, now_s: float) -> None:
+        self.adapter.on_goal(msg, now_s)
+
     def _tick(self) -> None:
         now = self._now()
         result = self.adapter.tick(now)
+        self._publish_tick(result, now)
+
+    def _publish_tick(self, result, now: float) -> None:
         if result.cmd_vel is not None:
             self.cmd_pub.publish(result.cmd_vel)
         if result.local_plan is not None:
@@ -185,6 +223,16 @@ class NavNode(Node):
         array = DiagnosticArray(status=[status])
         array.header.stamp = self.get_clock().now().to_msg()
         self.diag_pub.publish(array)
+
+
+class NavNode(PlannerInterface, Node):
+    """The planner, configured and running from the start (`nav_node`)."""
+
+    def __init__(self) -> None:
+        Node.__init__(self, NODE_NAME)
+        forward_library_logs(self.get_logger())
+        self._configure_planner()
+        self._start_control()
 
 
 def run_node(name: str, make_node: Callable[[], Node], argv: list[str] | None = None) -> int:
