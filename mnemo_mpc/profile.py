@@ -42,6 +42,8 @@ UPPER_BOUNDS: dict[str, float] = {
     "diagnostics_rate_hz": 100.0,
     # input older than a minute is no view of the present; it only delays the stop
     "stale_timeout_s": 60.0,
+    # the FollowPath action's patience with a stopped planner: an hour is no longer a failure tolerance
+    "failure_tolerance": 3600.0,
     # an incoming costmap is copied and converted per message (int8 -> float: 9 B per cell): 16 M cells ~150 MB
     "max_grid_cells": 16_000_000,
     # a path is converted and projected per message (16 B per pose): 1 M poses ~16 MB and ~50 ms
@@ -126,6 +128,11 @@ class NavParams:
         1.0, "rate of diagnostic_msgs/DiagnosticArray on /diagnostics [Hz] (at most 100)"
     )
     goal_tolerance_m: float = param(0.2, "goal reached when the robot centre is this close [m]")
+    failure_tolerance: float = param(
+        1.0,
+        "FollowPath action: abort (NO_VALID_CONTROL) when the planner stops for longer than this [s] (stale input, "
+        "stop fallbacks; at most 3600); -1: never (Nav2's name; its default 0 aborts at once, ours are transient)",
+    )
     # the grid the MPC plans on: every incoming costmap is fitted to this robot-centred window (one NLP, bounded ticks)
     grid_window_m: float = param(
         6.0,
@@ -236,6 +243,10 @@ class NavParams:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise InputError(f"parameter {name}: expected > 0, got {getattr(self, name)}")
+        if not (self.failure_tolerance >= 0 or self.failure_tolerance == -1):
+            raise InputError(
+                f"parameter failure_tolerance: expected >= 0 s, or -1 (never), got {self.failure_tolerance}"
+            )
         if not 0 <= self.min_margin_m <= self.safety_margin:
             raise InputError(
                 f"parameter min_margin_m: expected metres in [0, safety_margin = {self.safety_margin}], got "

@@ -28,6 +28,7 @@ import pytest
 KINDS = ("unit", "integration", "ros")
 
 UNIT = {
+    "test_ros_follow_path",
     "test_cli_errors",
     "test_dataset_store",
     "test_experiments_runner",

@@ -334,7 +334,9 @@ def test_a_normal_status_is_not_logged_as_a_warning():
     logger = SimpleNamespace(**{level: got.append for level, got in lines.items()})
     adapter = SimpleNamespace(tick=lambda now: next(results), _reported_status=("idle", ""))
     adapter.status_change = lambda result: NavAdapter.status_change(adapter, result)
-    fake = SimpleNamespace(adapter=adapter, get_logger=lambda: logger, _now=lambda: 0.0, marker_pub=None)
+    fake = SimpleNamespace(
+        adapter=adapter, get_logger=lambda: logger, _now=lambda: 0.0, marker_pub=None, _following=None
+    )
     fake._publish_tick = lambda result, now: node.NavNode._publish_tick(fake, result, now)
     for _ in sequence:
         node.NavNode._tick(fake)

@@ -165,18 +165,37 @@ class NavAdapter:
             return
         if self._goal is not None and got.stamp_s == self._goal_stamp and np.array_equal(got.value, self._goal):
             return  # the same message again (a republished latched goal): keep the plan going
-        if (
-            self._goal is not None
-            and not np.array_equal(got.value, self._goal)
-            and same_goal(
-                got.value, self._goal, self.params.goal_tolerance_m, None if self._odom is None else self._odom.value[0]
+        self._set_goal(got.value, got.stamp_s, restart_same=True)
+
+    def follow_path(self, msg: Any, now_s: float) -> np.ndarray:
+        """A FollowPath action's goal (nav_msgs/Path): its last pose becomes the goal and the path the global path.
+        Returns the path (K, 2); raises InputError naming what is wrong with it (the action's INVALID_PATH). A path
+        ending at the goal being driven to (bt_navigator re-sends each re-planned path) keeps the plan going."""
+        frame = str(msg.header.frame_id)
+        if frame.lstrip("/") != self.params.frame_id.lstrip("/"):
+            raise InputError(f"path header.frame_id {frame!r}: expected {self.params.frame_id!r} (parameter frame_id)")
+        if not 1 <= len(msg.poses) <= self.params.max_path_poses:
+            raise InputError(
+                f"path: expected 1..max_path_poses = {self.params.max_path_poses} poses, got {len(msg.poses)}"
             )
+        path = convert.path_from_msg(msg)
+        goal = convert.goal_from_pose_stamped(msg.poses[-1])
+        self._stopping = ""
+        self._path = path if len(path) >= 2 else None
+        self._set_goal(goal, convert.stamp_seconds(msg.header.stamp), restart_same=False)
+        return path
+
+    def _set_goal(self, goal: np.ndarray, stamp_s: float | None, restart_same: bool) -> None:
+        """Take `goal`. One within `same_goal` of the current goal is that goal re-expressed (moved by a localiser's
+        correction, or a re-planned path's end): followed, the plan going on. The very same goal again restarts the
+        plan when `restart_same` (a topic goal re-sent, e.g. after "failed"), else it too goes on."""
+        if self._goal is not None and same_goal(
+            goal, self._goal, self.params.goal_tolerance_m, None if self._odom is None else self._odom.value[0]
         ):
-            # the goal re-expressed in odom after a localiser update (moved by its correction): follow it,
-            # keep the plan going. The very same goal sent again is a new request (it restarts, e.g. after "failed").
-            self._goal, self._goal_stamp = got.value, got.stamp_s
-            return
-        self._goal, self._goal_stamp = got.value, got.stamp_s
+            if not (restart_same and np.array_equal(goal, self._goal)):
+                self._goal, self._goal_stamp = goal, stamp_s
+                return
+        self._goal, self._goal_stamp = goal, stamp_s
         self.controller.reset()
         log.info("new goal (%.3f, %.3f, %.3f)", *self._goal)
 
@@ -265,6 +284,11 @@ class NavAdapter:
         node: clearing the goal alone would leave the base driving on the last command it got."""
         self._goal, self._goal_stamp = None, None
         self._stopping = reason or "stop requested"
+
+    @property
+    def state(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The last odometry's (pose, velocity), or None before any."""
+        return None if self._odom is None else self._odom.value
 
     @property
     def at_rest(self) -> bool:

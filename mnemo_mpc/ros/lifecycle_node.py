@@ -29,6 +29,8 @@ from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackRet
 
 from mnemo_mpc.errors import MnemoError
 from mnemo_mpc.profile import NODE_NAME
+from mnemo_mpc.ros import follow_path
+from mnemo_mpc.ros.follow_path import Outcome
 from mnemo_mpc.ros.node import PlannerInterface, run_node
 from mnemo_mpc.ros.ros_logging import forward_library_logs
 
@@ -100,6 +102,9 @@ class NavLifecycleNode(PlannerInterface, LifecycleNode):
             self._release_planner()
         return SUCCESS
 
+    def _accepting_goals(self) -> bool:
+        return self._active
+
     def _on_goal(self, msg, now_s: float) -> None:
         if not self._active:
             self.get_logger().warning("goal dropped: the node is not active (activate it to drive)")
@@ -111,6 +116,7 @@ class NavLifecycleNode(PlannerInterface, LifecycleNode):
         a base keeps driving on the last command it got. Bounded: a full-speed command reaches zero in
         max(v_max / (a_max T), w_max / (alpha_max T)) periods."""
         adapter = self.adapter
+        self._end_following(Outcome("aborted", follow_path.NONE, reason))
         adapter.stop(reason)
         periods = float(np.max(np.abs(adapter.command_range()) / adapter.command_step()))
         for _ in range(int(np.ceil(periods)) + 2):

@@ -16,6 +16,7 @@ import logging
 import math
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import rclpy
@@ -27,12 +28,15 @@ from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.task import Future
 from std_msgs.msg import Header
 
 from mnemo_mpc.errors import MnemoError
 from mnemo_mpc.profile import NODE_NAME, NavParams, ros_name
+from mnemo_mpc.ros import follow_path
 from mnemo_mpc.ros.adapter import NavAdapter
 from mnemo_mpc.ros.convert import MessageTypes
+from mnemo_mpc.ros.follow_path import Outcome, PathFollowing
 from mnemo_mpc.ros.ros_logging import forward_library_logs
 from mnemo_mpc.ros.tracks import MarkerTypes, track_markers
 
@@ -55,6 +59,7 @@ RCLPY_TYPES = MessageTypes(
 # (`ros2 topic pub`, RViz) and transient-local (latched) ones alike. (A transient-local subscription refused volatile
 # publishers; subscribing with both made every volatile publisher warn about the incompatible twin.)
 INPUT_QOS = QoSProfile(depth=1, durability=DurabilityPolicy.VOLATILE, reliability=ReliabilityPolicy.RELIABLE)
+FOLLOW_PATH_ACTION = "follow_path"  # Nav2's controller server's action name, in the node's namespace
 TRACKS_TOPIC = "~/tracks"  # the tracked obstacles' markers (moving_prediction 'track'); remap it as any topic
 # Markers at most this often (a display needs no more; a MarkerArray of 5 tracks takes ~1.4 ms to build in rclpy)
 MARKER_RATE_HZ = 10.0
@@ -102,6 +107,16 @@ def read_params(node: Node, cls: type, reference: str) -> Any:
     return params
 
 
+@dataclass
+class _Following:
+    """The FollowPath goal being driven: its handle, its bookkeeping and the future its execute callback awaits."""
+
+    handle: Any
+    task: PathFollowing
+    done: Future
+    canceling: bool = False
+
+
 class PlannerInterface:
     """The planner's ROS side, shared by the plain node (`NavNode`: configured and running from the start) and the
     lifecycle node (`ros/lifecycle_node.py`: Nav2's configure / activate / deactivate / cleanup). A mixin on an rclpy
@@ -137,6 +152,8 @@ class PlannerInterface:
                 self.marker_pub = self.create_publisher(self.marker_types.MarkerArray, TRACKS_TOPIC, 1)
                 self._publishers_made.append(self.marker_pub)
         self._timers_made: list[Any] = []
+        self._following: _Following | None = None
+        self._follow_server = self._make_follow_path_server()
         controller = self.adapter.controller
         model = controller.warm_start_provider
         self.get_logger().info(
@@ -161,6 +178,10 @@ class PlannerInterface:
 
     def _release_planner(self) -> None:
         self._stop_control()
+        self._end_following(Outcome("aborted", follow_path.NONE, "the planner was released"))
+        if self._follow_server is not None:
+            self._follow_server.destroy()
+            self._follow_server = None
         for sub in self._subscriptions_made:
             self.destroy_subscription(sub)
         for pub in self._publishers_made:
@@ -178,12 +199,102 @@ class PlannerInterface:
         return callback
 
     def _on_goal(self, msg, now_s: float) -> None:
+        self._end_following(Outcome("aborted", follow_path.NONE, "replaced by a goal on the goal topic"))
         self.adapter.on_goal(msg, now_s)
 
     def _tick(self) -> None:
         now = self._now()
         result = self.adapter.tick(now)
         self._publish_tick(result, now)
+        if self._following is not None:
+            self._follow_tick(result, now)
+
+    # --- the FollowPath action (nav2_msgs, when installed; see `follow_path.py` for its semantics) ---------------
+    def _accepting_goals(self) -> bool:
+        return True
+
+    def _make_follow_path_server(self) -> Any:
+        try:
+            from nav2_msgs.action import FollowPath
+        except ImportError:
+            self.get_logger().info(
+                "nav2_msgs is not installed: no 'follow_path' action, the topics only (`mnemo-mpc ros-interfaces "
+                "build` makes the package; see docs/ros.md)"
+            )
+            return None
+        from rclpy.action import ActionServer, CancelResponse, GoalResponse
+
+        self._follow_path_type = FollowPath
+
+        def accept(request) -> GoalResponse:
+            if not self._accepting_goals():
+                self.get_logger().warning("FollowPath goal rejected: the node is not active")
+                return GoalResponse.REJECT
+            return GoalResponse.ACCEPT
+
+        return ActionServer(
+            self,
+            FollowPath,
+            FOLLOW_PATH_ACTION,
+            execute_callback=self._execute_follow_path,
+            goal_callback=accept,
+            handle_accepted_callback=self._follow_path_accepted,
+            cancel_callback=lambda handle: CancelResponse.ACCEPT,
+        )
+
+    def _follow_path_accepted(self, handle) -> None:
+        # Nav2's preemption: the running goal is aborted, the new one taken over without a stop (`follow_path.py`)
+        self._end_following(Outcome("aborted", follow_path.NONE, "preempted by a new FollowPath goal"))
+        handle.execute()
+
+    async def _execute_follow_path(self, handle):
+        result = self._follow_path_type.Result()
+        try:
+            path = self.adapter.follow_path(handle.request.path, self._now())
+        except MnemoError as exc:
+            self.get_logger().warning(f"FollowPath goal aborted: invalid path: {exc}")
+            return self._finish(handle, result, Outcome("aborted", follow_path.INVALID_PATH, f"invalid path: {exc}"))
+        following = _Following(handle, PathFollowing(path, self.params.failure_tolerance), Future())
+        self._following = following
+        outcome = await following.done
+        if self._following is following:
+            self._following = None
+        return self._finish(handle, result, outcome)
+
+    def _finish(self, handle, result, outcome: Outcome):
+        result.error_code = outcome.error_code
+        if hasattr(result, "error_msg"):  # Jazzy's FollowPath has it; older definitions do not
+            result.error_msg = outcome.message
+        {"succeeded": handle.succeed, "canceled": handle.canceled}.get(outcome.state, handle.abort)()
+        return result
+
+    def _end_following(self, outcome: Outcome) -> None:
+        following, self._following = self._following, None
+        if following is not None and not following.done.done():
+            if outcome.state == "aborted":
+                self.get_logger().warning(f"FollowPath goal aborted: {outcome.message}")
+            following.done.set_result(outcome)
+
+    def _follow_tick(self, result, now: float) -> None:
+        following, adapter = self._following, self.adapter
+        if following.handle.is_cancel_requested and not following.canceling:
+            adapter.stop("FollowPath goal cancelled")
+            following.canceling = True
+        if following.canceling:
+            if adapter.at_rest:
+                self._end_following(Outcome("canceled"))
+            return
+        outcome = following.task.update(result.status, result.reason, adapter.at_rest, now)
+        if outcome is not None:
+            if outcome.state == "aborted":
+                adapter.stop(outcome.message)
+            self._end_following(outcome)
+            return
+        state = adapter.state
+        if state is not None:
+            feedback = self._follow_path_type.Feedback()
+            feedback.distance_to_goal, feedback.speed = following.task.feedback(*state)
+            following.handle.publish_feedback(feedback)
 
     def _publish_tick(self, result, now: float) -> None:
         if result.cmd_vel is not None:
