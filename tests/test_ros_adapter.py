@@ -260,7 +260,8 @@ def test_the_same_goal_twice_does_not_restart_the_plan(store, types, monkeypatch
     assert len(resets) == 3
 
 
-NODE_MODULES = ("node.py", "lifecycle_node.py", "sim_node.py")  # the rest of ros/ runs without rclpy (tests, replay)
+# the node modules; the rest of ros/ runs without rclpy (tests, replay)
+NODE_MODULES = ("node.py", "lifecycle_node.py", "sim_node.py", "follow_path_client.py")
 
 
 def test_rclpy_is_imported_only_by_the_node():

@@ -6,7 +6,9 @@ lockstep) and the ROS stack (the simulator node and the planner node as two proc
 DDS) at each real-time factor, and writes the time to goal of both, in simulated and wall-clock seconds, to one JSON
 (atomically) with a bar chart beside it. With `--params` one robot profile drives all three: `demo --params`, the
 planner node's `--params-file` and the simulator node's `robot_params`, the simulator stepping at the profile's
-`control_rate_hz`. Needs the `.[ros]` extra (rclpy wheels).
+`control_rate_hz`. `--interface action` drives the planner through Nav2's FollowPath action (a client process sends
+the simulator's path, as bt_navigator does) instead of the goal and path topics; the run then ends at the action's
+result. Needs the `.[ros]` extra (rclpy wheels), and nav2_msgs for the action (`mnemo-mpc ros-interfaces`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--rtf", type=_args.positive_float, nargs="+", default=[1.0], help="simulator real-time factors (default 1)"
     )
     p.add_argument("--repeats", type=_args.count, default=1, help="DDS runs per world and real-time factor (default 1)")
+    p.add_argument(
+        "--interface",
+        nargs="+",
+        choices=("topic", "action"),
+        default=["topic"],
+        help="how the planner gets its goal: the goal and path topics, or Nav2's FollowPath action from a client "
+        "process (needs nav2_msgs: `mnemo-mpc ros-interfaces build`); several: each in turn (default topic)",
+    )
     p.add_argument("--work", default="out/dds_loop", help="folder for the runs' logs and demo outputs")
     p.add_argument("--params", default=None, help="robot profile / planner params YAML (config/robots/*.yaml)")
     _args.add_realism_argument(p)
@@ -61,6 +71,56 @@ def _demo(seed: int, out: str, params: str | None = None, realism: str = "profil
     return {**{k: metrics[k] for k in keep}, "process_wall_s": round(wall, 3)}
 
 
+def _dds_run(work, seed, rtf, rep, interface, demo_s, sim_rate, params_file, args) -> dict:
+    """One run of the ROS stack: its row for the JSON, and one line printed."""
+    from mnemo_mpc.ros.sim_launch import run_closed_loop
+
+    # Twice the demo's time, at least 30 s: a stall is reported as a timeout, not waited out.
+    limit = max(30.0, 2.0 * demo_s)
+    run = run_closed_loop(
+        work / f"dds{seed}_rtf{rtf:g}_{interface}_{rep}",
+        {
+            "world_seed": seed,
+            "time_limit_s": limit,
+            "real_time_factor": rtf,
+            # with the action the run ends at the action's result (the goal checker's heading included)
+            "exit_on_goal": interface == "topic",
+            "realism": args.realism,
+            **sim_rate,
+        },
+        wall_limit_s=60.0 + limit / rtf,
+        params_file=params_file,
+        interface=interface,
+    )
+    s = run.summary or {}
+    success = bool(s.get("success")) and (interface == "topic" or run.client_code == 0)
+    row = {
+        "real_time_factor": rtf,
+        "interface": interface,
+        "repeat": rep,
+        "sim_exit": run.sim_code,
+        "planner_exit": run.nav_code,
+        "action_client_exit": run.client_code,
+        "success": success,
+        "time_to_goal_s": s.get("time_to_goal_s"),
+        "wall_time_to_goal_s": s.get("wall_time_to_goal_s"),
+        "first_command_s": s.get("first_command_s"),
+        "command_rate_hz": s.get("command_rate_hz"),
+        "achieved_real_time_factor": s.get("real_time_factor"),
+        "collisions": s.get("collisions"),
+        "path_length_m": s.get("path_length_m"),
+        "final_dist_to_goal_m": s.get("final_dist_to_goal_m"),
+        "final_heading_error_rad": s.get("final_heading_error_rad"),
+        "process_wall_s": run.wall_s,
+    }
+    print(
+        f"seed {seed}: DDS x{rtf:g} {interface} #{rep}: {'goal' if success else 'FAILED'} in "
+        f"{row['time_to_goal_s']} s simulated ({row['wall_time_to_goal_s']} s wall, "
+        f"{run.wall_s:.1f} s with start-up; commands at {row['command_rate_hz']} Hz)"
+    )
+    return row
+
+
 def handler(args: argparse.Namespace) -> int:
     import importlib.util
     import os
@@ -75,6 +135,11 @@ def handler(args: argparse.Namespace) -> int:
     work = _args.check_output_dir(args.work, "--work")
     if importlib.util.find_spec("rclpy") is None:
         raise InputError("dds-loop: needs rclpy (pip install 'mnemo_mpc[ros]' or source a ROS 2 install)")
+    if "action" in args.interface and importlib.util.find_spec("nav2_msgs") is None:
+        raise InputError(
+            "dds-loop --interface action: needs nav2_msgs (`mnemo-mpc ros-interfaces build --out DIR`, then the "
+            "environment it prints; or a ROS install's ros-jazzy-nav2-msgs)"
+        )
     nav_params = _args.load_params(args)  # checked before any run; None without --params
     sim_rate: dict[str, float] = {}
     if nav_params is not None:
@@ -83,7 +148,6 @@ def handler(args: argparse.Namespace) -> int:
 
     from mnemo_mpc import __version__
     from mnemo_mpc.atomic import atomic_write_json
-    from mnemo_mpc.ros.sim_launch import run_closed_loop
 
     load_before = os.getloadavg()
     rows = []
@@ -92,51 +156,15 @@ def handler(args: argparse.Namespace) -> int:
         print(f"seed {seed}: demo {demo['outcome']} in {demo['time_s']} s simulated ({demo['wall_time_s']} s wall)")
         dds = []
         for rtf in args.rtf:
-            for rep in range(args.repeats):
-                # Twice the demo's time, at least 30 s: a stall is reported as a timeout, not waited out.
-                limit = max(30.0, 2.0 * demo["time_s"])
-                run = run_closed_loop(
-                    work / f"dds{seed}_rtf{rtf:g}_{rep}",
-                    {
-                        "world_seed": seed,
-                        "time_limit_s": limit,
-                        "real_time_factor": rtf,
-                        "exit_on_goal": True,
-                        "realism": args.realism,
-                        **sim_rate,
-                    },
-                    wall_limit_s=60.0 + limit / rtf,
-                    params_file=params_file,
-                )
-                s = run.summary or {}
-                row = {
-                    "real_time_factor": rtf,
-                    "repeat": rep,
-                    "sim_exit": run.sim_code,
-                    "planner_exit": run.nav_code,
-                    "success": bool(s.get("success")),
-                    "time_to_goal_s": s.get("time_to_goal_s"),
-                    "wall_time_to_goal_s": s.get("wall_time_to_goal_s"),
-                    "first_command_s": s.get("first_command_s"),
-                    "command_rate_hz": s.get("command_rate_hz"),
-                    "achieved_real_time_factor": s.get("real_time_factor"),
-                    "collisions": s.get("collisions"),
-                    "path_length_m": s.get("path_length_m"),
-                    "final_dist_to_goal_m": s.get("final_dist_to_goal_m"),
-                    "process_wall_s": run.wall_s,
-                }
-                dds.append(row)
-                print(
-                    f"seed {seed}: DDS x{rtf:g} #{rep}: {'goal' if row['success'] else 'FAILED'} in "
-                    f"{row['time_to_goal_s']} s simulated ({row['wall_time_to_goal_s']} s wall, "
-                    f"{run.wall_s:.1f} s with start-up; commands at {row['command_rate_hz']} Hz)"
-                )
+            for interface in args.interface:
+                for rep in range(args.repeats):
+                    dds.append(_dds_run(work, seed, rtf, rep, interface, demo["time_s"], sim_rate, params_file, args))
         rows.append({"seed": seed, "world": demo["world"], "demo": demo, "dds": dds})
 
     payload = {
         "what": "time to goal: simulator node + planner node over Fast DDS on /clock vs `mnemo-mpc demo` (lockstep)",
         "command": f"mnemo-mpc dds-loop --seeds {' '.join(map(str, args.seeds))} --rtf "
-        f"{' '.join(f'{r:g}' for r in args.rtf)} --repeats {args.repeats}"
+        f"{' '.join(f'{r:g}' for r in args.rtf)} --repeats {args.repeats} --interface {' '.join(args.interface)}"
         + ("" if params_file is None else f" --params {params_file}")
         + f" --realism {args.realism} --out {args.out}",
         "params": params_file,
@@ -175,18 +203,25 @@ def _plot(rows: list[dict], path) -> None:
 
     labels = [r["world"] for r in rows]
     demo = [r["demo"]["time_s"] for r in rows]
-    rtfs = sorted({d["real_time_factor"] for r in rows for d in r["dds"]})
+    kinds = sorted({(d["real_time_factor"], d.get("interface", "topic")) for r in rows for d in r["dds"]})
     x = np.arange(len(rows))
-    width = 0.8 / (1 + len(rtfs))
+    width = 0.8 / (1 + len(kinds))
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.bar(x, demo, width, label="mnemo-mpc demo (lockstep)")
-    for i, rtf in enumerate(rtfs, start=1):
+    for i, (rtf, interface) in enumerate(kinds, start=1):
         t = [
-            np.mean([d["time_to_goal_s"] for d in r["dds"] if d["real_time_factor"] == rtf and d["success"]] or [0])
+            np.mean(
+                [
+                    d["time_to_goal_s"]
+                    for d in r["dds"]
+                    if (d["real_time_factor"], d.get("interface", "topic")) == (rtf, interface) and d["success"]
+                ]
+                or [0]
+            )
             for r in rows
         ]
-        ax.bar(x + i * width, t, width, label=f"sim node + planner over DDS, x{rtf:g} real time")
-    ax.set_xticks(x + width * len(rtfs) / 2, labels)
+        ax.bar(x + i * width, t, width, label=f"sim node + planner over DDS ({interface}), x{rtf:g} real time")
+    ax.set_xticks(x + width * len(kinds) / 2, labels)
     ax.set_ylabel("time to goal [s, simulated]")
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()

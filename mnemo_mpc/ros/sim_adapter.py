@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from mnemo_mpc.nav.recovery import wrap_angle
 from mnemo_mpc.ros import convert
 from mnemo_mpc.ros.sim_convert import (
     SimMessageTypes,
@@ -251,6 +252,8 @@ class SimAdapter:
             if self.global_path is None
             else round(float(np.sum(np.hypot(*np.diff(self.global_path, axis=0).T))), 4),
             "final_dist_to_goal_m": round(self.distance_to_goal(), 4),
+            # the true heading's error to the goal's at the end (a goal checker with a yaw tolerance aligns it)
+            "final_heading_error_rad": round(abs(float(wrap_angle(self._true_pose()[2] - w.goal[2]))), 4),
             "goal_tolerance_m": self.params.goal_tolerance_m,
             "realism": self.sim.realism.to_dict(),
         }

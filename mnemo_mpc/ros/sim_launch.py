@@ -28,7 +28,9 @@ class ClosedLoopRun:
     summary: dict[str, Any] | None
     sim_log: str
     nav_log: str
-    wall_s: float  # from starting the processes to the simulator's exit
+    wall_s: float  # from starting the processes to the simulator's exit (the client's, with the action interface)
+    client_code: int | None = None  # the FollowPath client's exit status (interface "action"): 0 succeeded
+    client_log: str = ""
 
 
 def isolated_env(log_dir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -56,11 +58,20 @@ def run_closed_loop(
     wall_limit_s: float = 120.0,
     env: dict[str, str] | None = None,
     params_file: str | Path | None = None,
+    interface: str = "topic",
+    planner_module: str = "mnemo_mpc.ros.node",
 ) -> ClosedLoopRun:
     """Run simulator + planner until the simulator exits (set `exit_on_goal` and `time_limit_s` in `sim_params`) or
     `wall_limit_s` passes; then SIGINT both. Both nodes get `use_sim_time:=true`; `params_file` (a robot profile or
     the planner's params YAML) goes to the planner as `--params-file` and to the simulator as `robot_params`, as
-    `nav.launch.py` passes its `params_file`."""
+    `nav.launch.py` passes its `params_file`.
+
+    `interface` "action": the planner takes its goal from Nav2's FollowPath action, sent by a third process
+    (`follow_path_client`, the simulator's goal and path) instead of the goal and path topics (remapped away from the
+    planner); the run ends when the client has its result (the simulator then runs on past the goal). Needs nav2_msgs
+    in `env` (`mnemo-mpc ros-interfaces`)."""
+    if interface not in ("topic", "action"):
+        raise ValueError(f"interface: expected 'topic' or 'action', got {interface!r}")
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     result = workdir / "sim_result.json"
@@ -68,10 +79,12 @@ def run_closed_loop(
     env = isolated_env(workdir / "ros_log", env)
     profile = {} if params_file is None else {"robot_params": str(Path(params_file).resolve())}
     sim_args = _ros_args({**profile, **sim_params, "result_file": str(result), "use_sim_time": True})
-    nav_args = _ros_args({**(nav_params or {}), "use_sim_time": True})
+    unheard = {"goal_topic": "goal_pose_unused", "path_topic": "plan_unused"} if interface == "action" else {}
+    nav_args = _ros_args({**(nav_params or {}), **unheard, "use_sim_time": True})
     if params_file is not None:
         nav_args += ["--params-file", str(Path(params_file).resolve())]
-    logs = {name: (workdir / f"{name}.log").open("w+") for name in ("sim", "nav")}
+    names = ("sim", "nav", "client") if interface == "action" else ("sim", "nav")
+    logs = {name: (workdir / f"{name}.log").open("w+") for name in names}
     t0 = time.perf_counter()
     procs = {
         "sim": subprocess.Popen(
@@ -81,16 +94,24 @@ def run_closed_loop(
             stderr=subprocess.STDOUT,
         ),
         "nav": subprocess.Popen(
-            [sys.executable, "-m", "mnemo_mpc.ros.node", *nav_args],
+            [sys.executable, "-m", planner_module, *nav_args],
             env=env,
             stdout=logs["nav"],
             stderr=subprocess.STDOUT,
         ),
     }
+    if interface == "action":
+        procs["client"] = subprocess.Popen(
+            [sys.executable, "-m", "mnemo_mpc.ros.follow_path_client", *_ros_args({"use_sim_time": True})],
+            env=env,
+            stdout=logs["client"],
+            stderr=subprocess.STDOUT,
+        )
+    awaited = "client" if interface == "action" else "sim"
     try:
-        sim_code: int | None = procs["sim"].wait(timeout=wall_limit_s)
+        first_code: int | None = procs[awaited].wait(timeout=wall_limit_s)
     except subprocess.TimeoutExpired:
-        sim_code = None
+        first_code = None
     finally:
         wall = time.perf_counter() - t0
         for proc in procs.values():
@@ -109,7 +130,18 @@ def run_closed_loop(
         text[name] = f.read()
         f.close()
     summary = json.loads(result.read_text())["summary"] if result.is_file() else None
-    return ClosedLoopRun(sim_code, codes["nav"], summary, text["sim"], text["nav"], round(wall, 3))
+    # The awaited process's own exit status (None: still running at the wall limit); the others' after SIGINT.
+    codes[awaited] = first_code
+    return ClosedLoopRun(
+        codes["sim"],
+        codes["nav"],
+        summary,
+        text["sim"],
+        text["nav"],
+        round(wall, 3),
+        codes.get("client"),
+        text.get("client", ""),
+    )
 
 
 __all__ = ["ClosedLoopRun", "isolated_env", "run_closed_loop"]
