@@ -42,6 +42,7 @@ UPPER_BOUNDS: dict[str, float] = {
     "diagnostics_rate_hz": 100.0,
     # input older than a minute is no view of the present; it only delays the stop
     "stale_timeout_s": 60.0,
+    "transform_tolerance": 10.0,  # a transform older than this is no view of where the frames are
     # the FollowPath action's patience with a stopped planner: an hour is no longer a failure tolerance
     "failure_tolerance": 3600.0,
     # an incoming costmap is copied and converted per message (int8 -> float: 9 B per cell): 16 M cells ~150 MB
@@ -95,6 +96,26 @@ def flatten_sections(values: dict[str, Any], source: str) -> dict[str, Any]:
     return out
 
 
+# Nav2's controller-server names for parameters we name otherwise: accepted in parameter files, on the command line
+# and as node parameters (issue 29), each the same setting as ours.
+NAV2_NAMES = {"controller_frequency": "control_rate_hz", "xy_goal_tolerance": "goal_tolerance_m"}
+
+
+def nav2_names(values: dict[str, Any], source: str) -> dict[str, Any]:
+    """`values` with Nav2's names (`NAV2_NAMES`) put under ours; both names with different values is an error."""
+    out = dict(values)
+    for nav2, ours in NAV2_NAMES.items():
+        if nav2 in out:
+            value = out.pop(nav2)
+            if ours in out and out[ours] != value:
+                raise InputError(
+                    f"{source}: parameters {nav2} = {value!r} and {ours} = {out[ours]!r} are the same setting "
+                    "(Nav2's name and ours): give one"
+                )
+            out[ours] = value
+    return out
+
+
 def require_finite(params: Any) -> None:
     """InputError naming the first float field of the parameter dataclass `params` that is NaN or infinite."""
     for f in dataclasses.fields(params):
@@ -127,7 +148,17 @@ class NavParams:
     diagnostics_rate_hz: float = param(
         1.0, "rate of diagnostic_msgs/DiagnosticArray on /diagnostics [Hz] (at most 100)"
     )
-    goal_tolerance_m: float = param(0.2, "goal reached when the robot centre is this close [m]")
+    goal_tolerance_m: float = param(
+        0.2, "goal reached when the robot centre is this close [m] (Nav2's name xy_goal_tolerance is accepted)"
+    )
+    yaw_goal_tolerance: float = param(
+        math.pi,
+        "and, once there, turned in place to the goal's heading within this [rad]; pi or more: the heading is not "
+        "required (reported only). Nav2's default is 0.25",
+    )
+    transform_tolerance: float = param(
+        0.1, "how far a /tf lookup may reach past the newest transform [s] (Nav2's transform_tolerance; at most 10)"
+    )
     failure_tolerance: float = param(
         1.0,
         "FollowPath action: abort (NO_VALID_CONTROL) when the planner stops for longer than this [s] (stale input, "
@@ -237,12 +268,21 @@ class NavParams:
 
     def __post_init__(self) -> None:
         require_finite(self)
-        positive = ("control_rate_hz", "stale_timeout_s", "diagnostics_rate_hz", "goal_tolerance_m", "dt")
+        positive = (
+            "control_rate_hz",
+            "stale_timeout_s",
+            "diagnostics_rate_hz",
+            "goal_tolerance_m",
+            "dt",
+            "yaw_goal_tolerance",
+        )
         positive += ("robot_radius", "grid_window_m", "grid_resolution", "max_grid_cells", "max_path_poses")
         positive += ("footprint_tolerance", "sensor_range_m")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise InputError(f"parameter {name}: expected > 0, got {getattr(self, name)}")
+        if self.transform_tolerance < 0:
+            raise InputError(f"parameter transform_tolerance: expected >= 0 s, got {self.transform_tolerance}")
         if not (self.failure_tolerance >= 0 or self.failure_tolerance == -1):
             raise InputError(
                 f"parameter failure_tolerance: expected >= 0 s, or -1 (never), got {self.failure_tolerance}"
@@ -300,8 +340,9 @@ class NavParams:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], source: str = "parameters") -> NavParams:
-        """Build from a name -> value mapping (see `checked_values`)."""
-        return cls(**checked_values(cls, values, source))
+        """Build from a name -> value mapping (see `checked_values`); Nav2's names for our parameters
+        (`NAV2_NAMES`) are accepted."""
+        return cls(**checked_values(cls, nav2_names(values, source), source))
 
     @classmethod
     def from_yaml(cls, path: str | Path, node_name: str = NODE_NAME) -> NavParams:
@@ -430,6 +471,7 @@ class NavParams:
 
         values = {
             "goal_tolerance_m": self.goal_tolerance_m,
+            "yaw_goal_tolerance": self.yaw_goal_tolerance,
             "min_margin_m": self.min_margin_m,
             "unknown_policy": self.unknown_policy,
             "actuation": self.actuation(),

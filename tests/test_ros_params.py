@@ -81,3 +81,34 @@ def test_sqp_mode_is_full_or_rti_and_reaches_the_controller():
     with pytest.raises(InputError, match="sqp_mode"):
         NavParams(sqp_mode="two")
     assert NavParams(sqp_mode="rti").controller_config().sqp_mode == "rti"
+
+
+def test_nav2_names_are_accepted_for_ours_and_both_at_odds_are_refused(tmp_path):
+    p = NavParams.from_dict({"controller_frequency": 20, "xy_goal_tolerance": 0.15})
+    assert p.control_rate_hz == 20.0 and p.goal_tolerance_m == 0.15
+    assert NavParams.from_dict({"controller_frequency": 20, "control_rate_hz": 20.0}).control_rate_hz == 20.0
+    with pytest.raises(InputError, match="controller_frequency = 20 and control_rate_hz = 10.0 are the same setting"):
+        NavParams.from_dict({"controller_frequency": 20, "control_rate_hz": 10.0})
+    f = tmp_path / "nav2.yaml"
+    f.write_text("controller_server:\n  ros__parameters:\n    controller_frequency: 25.0\n    yaw_goal_tolerance: 0.25")
+    p = NavParams.from_yaml(f, node_name="controller_server")
+    assert p.control_rate_hz == 25.0 and p.yaw_goal_tolerance == 0.25
+    assert p.controller_config().yaw_goal_tolerance == 0.25
+
+
+def test_the_node_reads_nav2_names_as_parameters():
+    rclpy = pytest.importorskip("rclpy", reason="the node's parameter reading needs rclpy")
+    from rclpy.parameter import Parameter
+
+    from mnemo_mpc.ros.node import read_params
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    try:
+        overrides = [Parameter("controller_frequency", value=20), Parameter("xy_goal_tolerance", value=0.1)]
+        node = rclpy.create_node("nav2_names", context=ctx, parameter_overrides=overrides)
+        p = read_params(node, NavParams, "config/nav.yaml")
+        assert p.control_rate_hz == 20.0 and p.goal_tolerance_m == 0.1
+        node.destroy_node()
+    finally:
+        rclpy.shutdown(context=ctx)

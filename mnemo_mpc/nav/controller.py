@@ -41,6 +41,7 @@ applied. Around that core this module adds what a robot needs and the paper does
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -98,7 +99,10 @@ WarmStartProvider = Callable[[WarmStartContext], "WarmStart | None"]
 class ControllerConfig:
     """Controller settings around the MPC. Lengths in metres, speeds in m/s."""
 
-    goal_tolerance_m: float = 0.25  # position tolerance; the goal yaw is shaped by the MPC but not required
+    goal_tolerance_m: float = 0.25  # position tolerance (Nav2's xy_goal_tolerance)
+    # Heading tolerance at the goal (Nav2's yaw_goal_tolerance): once within goal_tolerance_m the robot turns in place
+    # to the goal's yaw (`nav.goal_checker`); pi or more: the heading is not required, only reported.
+    yaw_goal_tolerance: float = math.pi
     unknown_policy: str = "occupied"  # what the ESDF makes of unknown cells (safe default: obstacles)
     v_ref_fraction: float = 0.8  # reference speed along the global path, as a fraction of v_max
     # Speed regulated by the room the path ahead leaves (nav.reference.regulated_speed; after Nav2's Regulated Pure
@@ -168,6 +172,10 @@ class ControllerConfig:
             )
         if not (is_real(self.goal_tolerance_m) and self.goal_tolerance_m > 0):
             raise InputError(f"ControllerConfig.goal_tolerance_m: expected metres > 0, got {self.goal_tolerance_m!r}")
+        if not (is_real(self.yaw_goal_tolerance) and self.yaw_goal_tolerance > 0):
+            raise InputError(
+                f"ControllerConfig.yaw_goal_tolerance: expected radians > 0, got {self.yaw_goal_tolerance!r}"
+            )
         if not (is_real(self.v_ref_fraction) and 0 < self.v_ref_fraction <= 1):
             raise InputError(f"ControllerConfig.v_ref_fraction: expected (0, 1], got {self.v_ref_fraction!r}")
         if not (is_real(self.min_margin_m) and self.min_margin_m >= 0):

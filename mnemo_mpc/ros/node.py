@@ -32,7 +32,7 @@ from rclpy.task import Future
 from std_msgs.msg import Header
 
 from mnemo_mpc.errors import MnemoError
-from mnemo_mpc.profile import NODE_NAME, NavParams, ros_name
+from mnemo_mpc.profile import NAV2_NAMES, NODE_NAME, NavParams, ros_name
 from mnemo_mpc.ros import follow_path
 from mnemo_mpc.ros.adapter import NavAdapter
 from mnemo_mpc.ros.convert import MessageTypes
@@ -99,9 +99,19 @@ def read_params(node: Node, cls: type, reference: str) -> Any:
         desc = ParameterDescriptor(description=f.metadata["description"], dynamic_typing=True)
         node.declare_parameter(ros_name(f), getattr(defaults, f.name), desc)
     values = {f.name: node.get_parameter(ros_name(f)).value for f in dataclasses.fields(cls)}
+    overrides = set(getattr(node, "_parameter_overrides", {}))
+    aliases = NAV2_NAMES if cls is NavParams else {}
+    for nav2, ours in aliases.items():  # Nav2's names, accepted for ours (`profile.NAV2_NAMES`)
+        if not node.has_parameter(nav2):
+            desc = ParameterDescriptor(description=f"Nav2's name for {ours}", dynamic_typing=True)
+            node.declare_parameter(nav2, getattr(defaults, ours), desc)
+        if nav2 in overrides:
+            values[nav2] = node.get_parameter(nav2).value
+            if ours not in overrides:
+                del values[ours]  # our name at its default: Nav2's given value is the setting
     params = cls.from_dict(values, source=f"node {node.get_fully_qualified_name()} parameters")
-    declared = {ros_name(f) for f in dataclasses.fields(cls)}
-    unknown = sorted(set(getattr(node, "_parameter_overrides", {})) - declared - {"use_sim_time"})
+    declared = {ros_name(f) for f in dataclasses.fields(cls)} | set(aliases)
+    unknown = sorted(overrides - declared - {"use_sim_time"})
     if unknown:
         node.get_logger().warning(f"ignoring unknown parameter(s) {unknown}; see {reference} for the names")
     return params
