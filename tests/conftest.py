@@ -23,6 +23,11 @@ ends up with exactly one kind, so an unlisted module fails `make test` and `make
 
 from __future__ import annotations
 
+import fcntl
+import os
+import shutil
+from pathlib import Path
+
 import pytest
 
 KINDS = ("unit", "integration", "ros")
@@ -113,6 +118,7 @@ INTEGRATION = {
 }
 
 ROS = {
+    "test_ros_interfaces",
     "test_ros_lifecycle_live",
     "test_ros_node_live",
     "test_ros_sim_live",
@@ -203,6 +209,13 @@ EXCEPTIONS: dict[str, dict[str, list[str]]] = {
         ]
     },
     "test_robot_profiles": {"integration": ["test_pybullet_loads_the_generated_chassis"]},
+    "test_ros_interfaces": {  # refused or checked before any build, in-process
+        "unit": [
+            "test_a_bad_out_is_one_line_before_any_work",
+            "test_missing_build_tools_are_named_with_the_extra_that_brings_them",
+            "test_the_definitions_keep_jazzys_fields",
+        ]
+    },
     "test_ros_adapter": {"integration": ["test_a_goal_beyond_a_small_costmap_is_approached_without_a_global_path"]},
     "test_ros_sim_adapter": {  # the simulator node's core steps a PyBullet Simulator
         "integration": [
@@ -397,3 +410,57 @@ def pytest_collection_modifyitems(config, items):
 def kind_problems(request) -> list:
     """(nodeid, kinds) of every test collected in this session (before `-m`) that has not exactly one kind."""
     return request.config.stash[KIND_PROBLEMS]
+
+
+# --- Nav2 / TF interface packages (mnemo_mpc.ros.interfaces, issue 29) ---------------------------------------------
+@pytest.fixture(scope="session")
+def nav2_interfaces_prefix(request):
+    """nav2_msgs (FollowPath) and tf2_msgs (TFMessage) built from the shipped definitions, once: cached under the
+    pytest cache (`.pytest_cache/d/ros_interfaces/KEY`), keyed by `interfaces.build_key()` (sources, Python, ROS wheel
+    versions), so a later session reuses it and a changed definition rebuilds. A file lock makes parallel workers
+    (xdist) wait for one build instead of compiling the same thing twice. Returns the `interfaces.Prefix`.
+
+    Skips only when the build tools are absent (no `nav2` extra, CMake or compiler) outside CI; under CI (`CI` set,
+    as .ci/run runs) and whenever the tools are there, a failed build FAILS the tests that need it."""
+    pytest.importorskip("rclpy", reason="ROS 2 Jazzy rclpy wheels: pip install 'ros-jazzy-rclpy[fastrtps]'")
+    from mnemo_mpc.errors import InputError
+    from mnemo_mpc.ros import interfaces
+
+    missing = interfaces.missing_build_tools()
+    if missing:
+        reason = f"the interface build needs {', '.join(missing)} ({interfaces.NAV2_EXTRA})"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI installs the nav2 extra, yet {reason}", pytrace=False)
+        pytest.skip(reason)
+    cache = getattr(request.config, "cache", None)
+    root = (
+        Path(cache.mkdir("ros_interfaces"))
+        if cache is not None
+        else request.getfixturevalue("tmp_path_factory").mktemp("ros_interfaces")
+    )
+    key = interfaces.build_key()
+    prefix = root / key[:16]
+    with open(root / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
+        try:
+            found = interfaces.read_prefix(prefix)
+        except InputError:
+            found = None
+        if found is None or found.info.get("key") != key:
+            for old in root.iterdir():  # other keys' builds and a killed build's staging folders
+                if old.is_dir():
+                    shutil.rmtree(old, ignore_errors=True)
+            try:
+                found = interfaces.build(prefix)
+            except interfaces.BuildFailed as exc:
+                pytest.fail(f"{exc}\n{exc.tail}", pytrace=False)
+    return found
+
+
+@pytest.fixture(scope="session")
+def nav2_interfaces(nav2_interfaces_prefix) -> dict[str, str]:
+    """The environment for a subprocess that imports nav2_msgs and tf2_msgs: this process's, with the built prefix
+    first on PYTHONPATH, LD_LIBRARY_PATH and AMENT_PREFIX_PATH (`interfaces.environment`)."""
+    from mnemo_mpc.ros import interfaces
+
+    return interfaces.environment(nav2_interfaces_prefix.root)

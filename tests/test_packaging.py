@@ -229,6 +229,12 @@ def test_pip_install_finds_its_data(tmp_path):
     assert Path(found["package"]).is_relative_to(prefix), found
     assert found["sim"] == str(share / "sim") and found["urdf"] == str(share / "sim" / "urdf" / "diff_drive.urdf")
     assert found["models"][0] == str(share / "models")
+    # The interface packages' sources travel as package data (`mnemo-mpc ros-interfaces build` reads them in place).
+    installed = Path(purelib) / "mnemo_mpc" / "ros" / "interfaces"
+    from mnemo_mpc.ros import interfaces
+
+    for source in interfaces.source_files() + [interfaces.SOURCES / "COLCON_IGNORE"]:
+        assert (installed / source.relative_to(interfaces.SOURCES)).is_file(), source
     # This environment's own install is untouched.
     here = subprocess.run(
         [sys.executable, "-c", "import mnemo_mpc; print(mnemo_mpc.__file__)"],
