@@ -53,7 +53,7 @@ def test_stateless_checker_needs_both_tolerances_at_once():
 def test_the_latch_survives_a_goal_that_moves_with_map_to_odom():
     checker = GoalChecker(0.25, 0.2)
     assert checker.phase(at(0.2, 1.0), GOAL) == ALIGN
-    moved = GOAL + np.array([0.1, 0.0, 0.0])  # the same goal after a localiser correction, now 0.3 m away
+    moved = GOAL - np.array([0.1, 0.0, 0.0])  # the same goal after a localiser correction, now 0.3 m away
     assert checker.phase(at(0.2, 1.0), moved) == ALIGN
 
 
