@@ -51,6 +51,7 @@ UNIT = {
     "test_memory_features",
     "test_nav_actuation",
     "test_nav_controller",
+    "test_nav_goal_checker",
     "test_nav_maneuver",
     "test_nav_moving_obstacles",
     "test_nav_narrow_passage",
@@ -80,6 +81,7 @@ UNIT = {
     "test_ros_replay",
     "test_ros_sim_adapter",
     "test_ros_tracks",
+    "test_ros_transforms",
     "test_rotation_shim",
     "test_sim_data",
     "test_sim_plot",
@@ -363,6 +365,7 @@ SLOW_IN_PROCESS: dict[str, list[str]] = {
         "test_a_node_ticking_faster_than_dt_tracks_the_true_speed",
         "test_grids_a_few_ms_off_the_ticks_keep_the_velocity_estimate",
     ],
+    "test_ros_transforms": ["test_memory_stays_bounded_over_a_million_adds"],  # a million adds: ~1.5 s
     "test_worlds": [
         "test_dense_is_generated_only_when_named_and_width_comes_from_config",
         "test_deterministic_per_seed_and_distinct_across_seeds",

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from mnemo_mpc.errors import InputError, is_real
 from mnemo_mpc.planning.esdf import DistanceField
 from mnemo_mpc.planning.mpc import SQPMPC
 
@@ -27,15 +28,29 @@ ORDER: tuple[str, ...] = (MANEUVER, ROTATE, BACK_OFF, REPLAN)
 
 
 class ProgressChecker:
-    """Stuck when the robot stays within `required_movement_m` of its baseline pose for `timeout_s`."""
+    """Nav2's SimpleProgressChecker: stuck when the robot stays within `required_movement_radius` (m) of its baseline
+    pose for `movement_time_allowance` (s); moving that far makes the pose where it got there the new baseline.
+    Parameter names and defaults are Nav2's (the controller passes its `required_movement_m` and
+    `progress_timeout_s`). `reset()` forgets the baseline (a new goal): the next check sets it afresh."""
 
-    def __init__(self, required_movement_m: float, timeout_s: float) -> None:
-        self.required_movement_m = float(required_movement_m)
-        self.timeout_s = float(timeout_s)
+    def __init__(self, required_movement_radius: float = 0.5, movement_time_allowance: float = 10.0) -> None:
+        for name, value in (
+            ("required_movement_radius", required_movement_radius),
+            ("movement_time_allowance", movement_time_allowance),
+        ):
+            if not (is_real(value) and value > 0):
+                raise InputError(f"ProgressChecker.{name}: expected a finite number > 0, got {value!r}")
+        self.required_movement_radius = float(required_movement_radius)
+        self.movement_time_allowance = float(movement_time_allowance)
         self.baseline: np.ndarray | None = None
         self.since_s = 0.0
 
-    def reset(self, pose: np.ndarray, now_s: float) -> None:
+    def reset(self, pose: np.ndarray | None = None, now_s: float | None = None) -> None:
+        """Without arguments, forget the baseline (Nav2's reset, on a new goal); with both, make `pose` at `now_s`
+        the baseline."""
+        if pose is None or now_s is None:
+            self.baseline = None
+            return
         self.baseline, self.since_s = np.asarray(pose[:2], dtype=float).copy(), float(now_s)
 
     def update(self, pose: np.ndarray, now_s: float) -> tuple[bool, bool]:
@@ -43,10 +58,14 @@ class ProgressChecker:
         if self.baseline is None:
             self.reset(pose, now_s)
             return False, False
-        if float(np.hypot(*(np.asarray(pose[:2]) - self.baseline))) >= self.required_movement_m:
+        if float(np.hypot(*(np.asarray(pose[:2]) - self.baseline))) >= self.required_movement_radius:
             self.reset(pose, now_s)
             return True, False
-        return False, now_s - self.since_s >= self.timeout_s - 1e-9
+        return False, now_s - self.since_s >= self.movement_time_allowance - 1e-9
+
+    def check(self, pose: np.ndarray, now_s: float) -> bool:
+        """Nav2's `check`: True while the robot makes progress, False once it is stuck (`update`'s second value)."""
+        return not self.update(pose, now_s)[1]
 
 
 def pose_margins(mpc: SQPMPC, field_: DistanceField, poses: np.ndarray, exact: bool = False) -> np.ndarray:

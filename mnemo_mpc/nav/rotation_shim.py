@@ -69,6 +69,43 @@ def path_bearing(pose: np.ndarray, reference: np.ndarray, distance: float) -> fl
     return math.atan2(pts[i, 1] - pose[1], pts[i, 0] - pose[0])
 
 
+def rotate_to_heading(
+    error: float,
+    *,
+    max_rate: float,
+    alpha_max: float,
+    stop_within: float = 0.0,
+    min_rate: float = MIN_SPEED,
+    current_w: float | None = None,
+    dt: float | None = None,
+) -> float:
+    """The signed yaw rate (rad/s) of an in-place turn by `error` (rad) that comes to rest `stop_within` rad short of
+    it: w = sign(e) * min(max_rate, max(sqrt(1.6 * alpha_max * (|e| - stop_within)), min_rate)), the braking profile
+    w^2 = 2 * (0.8 alpha_max) * angle left, at 80 % of alpha_max so that the acceleration limit the command is checked
+    against does not cut it short, and no slower than `min_rate` so that the turn ends in a bounded time. This is the
+    rotation shim's law (Nav2's RotationShimController slows down the same way), shared with the goal alignment.
+
+    With `dt` (the control period, for a command held over it) the profile is the same braking in discrete time:
+    w = n * b * dt with b = 0.8 alpha_max and n(n + 1) / 2 * b * dt^2 = the angle left (sqrt(2 b left) as dt -> 0),
+    so that each period's rate is b * dt below the last and the turn ends on the angle; and the rate is capped at the
+    rest of the turn in one period, left / dt. With `current_w` as well, it stays within alpha_max * dt of the
+    current rate (then within +-max_rate, which wins when the current rate is beyond it)."""
+    left = max(abs(error) - stop_within, 0.0)
+    if dt is None:
+        profile = math.sqrt(1.6 * alpha_max * left)
+    else:
+        brake = 0.8 * alpha_max * dt  # rad/s shed per period
+        profile = brake * (math.sqrt(0.25 + 2.0 * left / (brake * dt)) - 0.5)
+    w = min(max_rate, max(profile, min_rate))
+    if dt is not None:
+        w = min(w, left / dt)
+    w = math.copysign(w, error)
+    if dt is not None and current_w is not None:
+        step = alpha_max * dt
+        w = min(max(w, current_w - step), current_w + step)
+    return min(max(w, -max_rate), max_rate)
+
+
 class RotationShim:
     """Decides, each step, whether this step is an in-place turn towards the path (module docstring)."""
 
@@ -105,8 +142,7 @@ class RotationShim:
             self.active = False
         if not self.active:
             return None
-        # Slow down to come to rest at the hand-over angle (at 80 % of alpha_max, so that the acceleration limit the
-        # command is checked against does not cut the profile short), at no less than MIN_SPEED.
-        left = abs(error) - cfg.handover_rad
-        w = min(cfg.rotate_speed, robot.w_max, max(math.sqrt(1.6 * robot.alpha_max * max(left, 0.0)), MIN_SPEED))
-        return np.array([0.0, math.copysign(w, error)])
+        w = rotate_to_heading(
+            error, max_rate=min(cfg.rotate_speed, robot.w_max), alpha_max=robot.alpha_max, stop_within=cfg.handover_rad
+        )
+        return np.array([0.0, w])
