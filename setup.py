@@ -130,6 +130,7 @@ setup(
         (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
         (f"share/{PACKAGE}/config", glob("config/*.yaml")),
         (f"share/{PACKAGE}/config/robots", glob("config/robots/*.yaml")),  # robot profiles (footprint, limits)
+        (f"share/{PACKAGE}/rviz", glob("rviz/*.rviz")),  # rviz2 -d .../share/mnemo_mpc/rviz/mnemo_mpc.rviz
         (f"share/{PACKAGE}/models", glob("models/*.onnx") + glob("models/*.md") + glob("models/*.json")),
         *tree("sim"),  # robot URDFs, sample worlds (map_server maps), scenarios: mnemo_mpc.resources finds them
     ],

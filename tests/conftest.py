@@ -77,6 +77,7 @@ UNIT = {
     "test_robot_profiles",
     "test_ros_adapter",
     "test_ros_convert",
+    "test_ros_markers",
     "test_ros_params",
     "test_ros_replay",
     "test_ros_sim_adapter",

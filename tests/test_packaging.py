@@ -187,6 +187,7 @@ def test_colcon_build(tmp_path):
     assert (share / "package.xml").is_file()
     assert (share / "launch" / "nav.launch.py").is_file()
     assert (share / "config" / "nav.yaml").is_file()
+    assert (share / "rviz" / "mnemo_mpc.rviz").is_file()
     for rel in SIM_DATA:
         assert (share / "sim" / rel).is_file(), rel
     # `ros2 run mnemo_mpc nav_node` / `sim_node` look in lib/<package>.
@@ -222,6 +223,7 @@ def test_pip_install_finds_its_data(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     share = prefix / "share" / "mnemo_mpc"
+    assert (share / "rviz" / "mnemo_mpc.rviz").is_file()
     for rel in SIM_DATA:
         assert (share / "sim" / rel).is_file(), rel
     purelib = sysconfig.get_path("purelib", vars={"base": str(prefix), "platbase": str(prefix)})

@@ -107,33 +107,9 @@ def track_markers(
     m = types.Marker
 
     def marker(ns: str, marker_id: int, kind: int, colour: tuple[float, ...], **fields: Any) -> Any:
-        values = {
-            "action": m.ADD,
-            "pose": _pose(b, 0.0, 0.0, 0.0),
-            "scale": b.Vector3(x=1.0, y=1.0, z=1.0),
-            "points": [],
-            "text": "",
-            **fields,
-        }
-        return m(
-            header=header,
-            ns=ns,
-            id=int(marker_id),
-            type=int(kind),
-            color=types.ColorRGBA(r=colour[0], g=colour[1], b=colour[2], a=colour[3]),
-            lifetime=types.Duration(sec=int(MARKER_LIFETIME_S), nanosec=int(round(MARKER_LIFETIME_S % 1 * 1e9))),
-            frame_locked=False,
-            colors=[],
-            texture_resource="",
-            texture=types.texture,
-            uv_coordinates=[],
-            mesh_resource="",
-            mesh_file=types.mesh_file,
-            mesh_use_embedded_materials=False,
-            **values,
-        )
+        return make_marker(types, header, ns, marker_id, kind, colour, **fields)
 
-    markers = [marker("", 0, m.ARROW, (0.0, 0.0, 0.0, 0.0), action=m.DELETEALL)]
+    markers = [delete_all(types, header)]
     for t in tracks[:max_tracks]:
         x, y = (float(c) for c in t.position[:2])
         vx, vy = (float(c) for c in t.velocity[:2])
@@ -176,6 +152,46 @@ def track_markers(
             width = b.Vector3(x=0.03, y=0.0, z=0.0)  # a line strip's width is scale.x
             markers.append(marker(NS_PREDICTED, j, m.LINE_STRIP, PREDICTED_COLOUR, points=line, scale=width))
     return types.MarkerArray(markers=markers)
+
+
+def make_marker(
+    types: MarkerTypes, header: Any, ns: str, marker_id: int, kind: int, colour: tuple[float, ...], **fields: Any
+) -> Any:
+    """One visualization_msgs/Marker: an ADD of shape `kind` in namespace `ns` with RGBA `colour`, lasting
+    `MARKER_LIFETIME_S`, at the identity pose with unit scale and no points unless `fields` say otherwise (any
+    Marker field: pose, scale, points, text, action)."""
+    b = types.base
+    values = {
+        "action": types.Marker.ADD,
+        "pose": _pose(b, 0.0, 0.0, 0.0),
+        "scale": b.Vector3(x=1.0, y=1.0, z=1.0),
+        "points": [],
+        "text": "",
+        **fields,
+    }
+    return types.Marker(
+        header=header,
+        ns=ns,
+        id=int(marker_id),
+        type=int(kind),
+        color=types.ColorRGBA(r=colour[0], g=colour[1], b=colour[2], a=colour[3]),
+        lifetime=types.Duration(sec=int(MARKER_LIFETIME_S), nanosec=int(round(MARKER_LIFETIME_S % 1 * 1e9))),
+        frame_locked=False,
+        colors=[],
+        texture_resource="",
+        texture=types.texture,
+        uv_coordinates=[],
+        mesh_resource="",
+        mesh_file=types.mesh_file,
+        mesh_use_embedded_materials=False,
+        **values,
+    )
+
+
+def delete_all(types: MarkerTypes, header: Any) -> Any:
+    """The Marker that clears every marker this topic's display shows (DELETEALL): a MarkerArray that redraws
+    everything starts with it, so shapes that are gone (an ended track, a dropped plan) go too."""
+    return make_marker(types, header, "", 0, types.Marker.ARROW, (0.0, 0.0, 0.0, 0.0), action=types.Marker.DELETEALL)
 
 
 def _pose(b: MessageTypes, x: float, y: float, z: float) -> Any:
