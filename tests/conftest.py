@@ -29,6 +29,7 @@ KINDS = ("unit", "integration", "ros")
 
 UNIT = {
     "test_cli_errors",
+    "test_costmap",
     "test_dataset_store",
     "test_experiments_runner",
     "test_footprint",

@@ -201,7 +201,7 @@ class MovingObstacles:
         reach = ndimage.distance_transform_edt(~seeds) * grid.resolution <= self.reach_m
         data = grid.data.copy()
         data[reach] = OCCUPIED
-        return OccupancyGrid(data, grid.resolution, grid.origin, grid.occupied_thresh, grid.free_thresh)
+        return grid.with_data(data)
 
 
 def _touches(mask: np.ndarray, cells: np.ndarray) -> bool:
