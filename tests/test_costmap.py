@@ -113,8 +113,10 @@ def test_copies_keep_semantics():
         "fit_window": grid.fit_window(np.array([2.0, 2.0]), (20, 20), 0.1),
         "coarsened": grid.coarsened(2),
         "with_data": grid.with_data(grid.data.copy()),
-        "clear_robot_cells": clear_robot_cells(grid, ROBOT, np.array([2.0, 2.5, 0.0]), 0.3),
+        # the body stands on inflation cells (0 < value < 99): they are cleared, the grid copied
+        "clear_robot_cells": clear_robot_cells(grid, ROBOT, np.array([2.0, 1.9, 0.0]), 0.3),
     }
+    assert copies["clear_robot_cells"] is not grid
     for name, copy in copies.items():
         assert copy.semantics == NAV2, name
         assert (copy.occupied_thresh, copy.free_thresh) == (100, 99), name
@@ -178,6 +180,30 @@ def test_soft_cost_derivatives_match_finite_differences(costed):
     np.testing.assert_allclose(grad[:12], fd, rtol=1e-4, atol=1e-6)
     # the cost term is in the objective: the same controls cost more on the costmap than with weight 0
     assert float(fns["fg"](u, p)[0]) > 0
+
+
+def test_gauss_newton_rows_of_the_soft_cost(plain, costed):
+    """Far from a solution the SQP uses Gauss-Newton: the costmap residuals r_k = sqrt(w) c(p_k) add 2 J^T J, J their
+    Jacobian in the controls (here by central differences of the numpy spline on the rollout)."""
+    from mnemo_mpc.planning.nlp import CondensedEvaluator
+
+    field = DistanceField(nav2_wall_grid())
+    u = np.tile([0.3, 0.2], 30)
+    hessians = []
+    for mpc in (plain, costed):
+        ev = CondensedEvaluator(mpc._nlp, mpc._functions)
+        ev.set_parameters(mpc.parameters(field, START, np.zeros(2), GOAL))
+        ev.derivatives(u)
+        hessians.append(ev.hessian(np.zeros(ev.ng), exact=False))
+
+    def residuals(x):
+        states = ROBOT.rollout(START, x.reshape(-1, 2), 0.1)[1:, :2]
+        return math.sqrt(costed.config.costmap_cost_weight) * field.spline_cost(states)
+
+    h = 1e-6
+    jac = np.column_stack([(residuals(u + h * e) - residuals(u - h * e)) / (2 * h) for e in np.eye(u.size)])
+    assert np.abs(jac).max() > 0.01  # the plan runs through the inflation's gradient
+    np.testing.assert_allclose(hessians[1] - hessians[0], 2 * jac.T @ jac, atol=1e-5)
 
 
 def test_weight_zero_is_todays_mpc(plain):
