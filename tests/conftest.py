@@ -93,6 +93,7 @@ UNIT = {
 INTEGRATION = {
     "test_cli_bench",
     "test_cli_eval",
+    "test_costmap_closed_loop",
     "test_collect_lifetime",
     "test_dataset_collect",
     "test_episode_closed_loop",
