@@ -137,6 +137,21 @@ def test_inflation_is_not_an_obstacle_for_the_distance_field():
     )
 
 
+def test_moving_obstacle_history_reads_a_costmaps_inflation_as_free():
+    """The detector's free runs (`nav.moving_obstacles.FreeRuns`): a costmap's inflation cell is free (a cost, not an
+    occupancy probability), so a box entering it near a wall is seen to enter a free cell."""
+    from mnemo_mpc.nav.moving_obstacles import FreeRuns
+
+    for semantics, was_free in ((NAV2, True), (costmap.OCCUPANCY, False)):
+        runs = FreeRuns(5)
+        data = np.zeros((8, 8), np.int8)
+        data[4, 4] = 50  # inflation (nav2) / an unsure probability (occupancy)
+        runs.update(OccupancyGrid(data, RES, semantics=semantics), 0.0)
+        data[4, 4] = 100
+        _, ended, _ = runs.update(OccupancyGrid(data, RES, semantics=semantics), 0.1)
+        assert (ended[4, 4] == 0.0) == was_free, semantics
+
+
 # --- the MPC's soft cost ----------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def plain():

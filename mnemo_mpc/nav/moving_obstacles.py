@@ -32,6 +32,7 @@ import numpy as np
 from scipy import ndimage
 
 from mnemo_mpc.errors import InputError, check_integers, is_real
+from mnemo_mpc.planning.costmap import OCCUPANCY
 from mnemo_mpc.planning.grid import OCCUPIED, OccupancyGrid
 
 
@@ -97,7 +98,14 @@ class FreeRuns:
         if self._frame is None:
             self._frame = (res, ox, oy)
         corner = (int(round(row0)), int(round(col0)))
-        free = (grid.data >= 0) & (grid.data <= self.free_value)
+        # "Free beyond doubt": an occupancy probability at most free_value; a costmap's values are costs, not
+        # probabilities, and every known cell it does not mark an obstacle is free (`planning.costmap`): with the
+        # probability reading, a Nav2 costmap's inflation (> 5 within ~0.4 m of a wall) was never free, and nothing
+        # moving near a wall could be seen to enter a free cell.
+        if grid.semantics == OCCUPANCY:
+            free = (grid.data >= 0) & (grid.data <= self.free_value)
+        else:
+            free = grid.free_mask()
         before, ended = self._shifted_runs(corner, grid.shape)
         # A run starts where the last update did not read free (its run ended before then)
         start = np.where(free & (ended != self._last_update), now, before)
