@@ -50,3 +50,18 @@ def test_simulated_costmap_values_are_nav2s():
     assert not inflated.unknown_mask()[raw.free_mask()].any()  # what was seen free stays known
     with pytest.raises(InputError, match="LocalGridConfig.costmap"):
         LocalGridConfig(costmap="nav2")
+
+
+def test_closed_loop_setup_matches_the_profile_to_the_published_grid():
+    """The planner reads the grid as what the simulator publishes: raw -> occupancy (whatever the profile says),
+    inflated -> the profile's Nav2 semantics (default nav2_costmap) with its weight in the MPC."""
+    from mnemo_mpc.profile import NavParams
+    from mnemo_mpc.sim.profile import closed_loop_setup
+
+    raw = closed_loop_setup(NavParams(costmap_semantics=costmap.NAV2), costmap="raw")
+    assert raw.profile.params.costmap_semantics == costmap.OCCUPANCY and raw.mpc.costmap_cost_weight == 0.0
+    strict = closed_loop_setup(NavParams(costmap_semantics=costmap.NAV2_INSCRIBED_AS_OBSTACLE), costmap="inflated")
+    assert strict.sim.local_grid.costmap_semantics == costmap.NAV2_INSCRIBED_AS_OBSTACLE
+    assert strict.mpc.costmap_cost_weight == NavParams().costmap_cost_weight > 0
+    with pytest.raises(InputError, match="closed_loop_setup.costmap: expected one of"):
+        closed_loop_setup(None, costmap="nav2")
