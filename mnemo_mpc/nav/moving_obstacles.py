@@ -32,7 +32,6 @@ import numpy as np
 from scipy import ndimage
 
 from mnemo_mpc.errors import InputError, check_integers, is_real
-from mnemo_mpc.planning.costmap import OCCUPANCY
 from mnemo_mpc.planning.grid import OCCUPIED, OccupancyGrid
 
 
@@ -98,14 +97,12 @@ class FreeRuns:
         if self._frame is None:
             self._frame = (res, ox, oy)
         corner = (int(round(row0)), int(round(col0)))
-        # "Free beyond doubt": an occupancy probability at most free_value; a costmap's values are costs, not
-        # probabilities, and every known cell it does not mark an obstacle is free (`planning.costmap`): with the
-        # probability reading, a Nav2 costmap's inflation (> 5 within ~0.4 m of a wall) was never free, and nothing
-        # moving near a wall could be seen to enter a free cell.
-        if grid.semantics == OCCUPANCY:
-            free = (grid.data >= 0) & (grid.data <= self.free_value)
-        else:
-            free = grid.free_mask()
+        # "Free beyond doubt": a value at most free_value. On a Nav2 costmap (`planning.costmap`) that is a free cell
+        # with no obstacle within ~0.4 m (its inflation is above 5 nearer): the cells beside a wall flicker between
+        # inflation and lethal with the lidar's noise, and counting every non-obstacle cell as free saw them as
+        # entered -- false moving obstacles closed dense passages (eval --costmap inflated, 100 worlds: success 0.97,
+        # 59 recoveries, against 1.00 and none with this reading; docs/costmap.md).
+        free = (grid.data >= 0) & (grid.data <= self.free_value)
         before, ended = self._shifted_runs(corner, grid.shape)
         # A run starts where the last update did not read free (its run ended before then)
         start = np.where(free & (ended != self._last_update), now, before)
