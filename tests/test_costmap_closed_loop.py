@@ -11,6 +11,7 @@ import pytest
 from mnemo_mpc.cli import main
 from mnemo_mpc.errors import InputError
 from mnemo_mpc.planning import costmap
+from mnemo_mpc.profile import NavParams
 
 pytest.importorskip("pybullet")
 
@@ -22,7 +23,7 @@ def test_eval_inflated_costmap_is_read_as_a_nav2_costmap_and_recorded(tmp_path):
     res = json.loads(out.read_text())
     src = res["source"]
     assert src["costmap"] == "inflated" and src["costmap_semantics"] == costmap.NAV2
-    assert src["costmap_cost_weight"] > 0 and res["config"]["mpc"]["costmap_cost_weight"] == src["costmap_cost_weight"]
+    assert res["config"]["mpc"]["costmap_cost_weight"] == NavParams().costmap_cost_weight > 0
     grid = res["config"]["sim"]["local_grid"]
     assert grid["costmap"] == "inflated" and grid["inflation_radius_m"] == costmap.NAV2_INFLATION_RADIUS_M
     assert grid["inscribed_radius_m"] == pytest.approx(0.2)  # the generic robot's disc
@@ -55,7 +56,6 @@ def test_simulated_costmap_values_are_nav2s():
 def test_closed_loop_setup_matches_the_profile_to_the_published_grid():
     """The planner reads the grid as what the simulator publishes: raw -> occupancy (whatever the profile says),
     inflated -> the profile's Nav2 semantics (default nav2_costmap) with its weight in the MPC."""
-    from mnemo_mpc.profile import NavParams
     from mnemo_mpc.sim.profile import closed_loop_setup
 
     raw = closed_loop_setup(NavParams(costmap_semantics=costmap.NAV2), costmap="raw")

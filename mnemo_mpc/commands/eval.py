@@ -330,10 +330,9 @@ def evaluate(args: argparse.Namespace, setup: Any, jobs: list, name: str) -> dic
             "moving_kind": args.moving_kind if args.worlds is not None else None,
             "global_path": not args.no_global_path,
             "plain_controller": args.plain_controller,
-            # the grid the planner got and how it read it (issue 29)
+            # the grid the planner got and how it read it (issue 29; the MPC's weight is config.mpc.costmap_cost_weight)
             "costmap": getattr(args, "costmap", "raw"),
             "costmap_semantics": setup.profile.params.costmap_semantics,
-            "costmap_cost_weight": controller.mpc_config.costmap_cost_weight if name == "mpc" else None,
             "moving_prediction": "track" if controller.config.tracking is not None else "reach",
             "map": args.map,
             "scenarios": args.scenarios,
