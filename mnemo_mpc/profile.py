@@ -23,6 +23,7 @@ import yaml
 
 from mnemo_mpc.errors import InputError
 from mnemo_mpc.nav.modes import MODES, SQP_MODES
+from mnemo_mpc.planning.costmap import MAX_COSTMAP_COST_WEIGHT, OCCUPANCY, check_semantics
 from mnemo_mpc.safe_io import load_yaml
 
 NODE_NAME = "mnemo_mpc_nav"
@@ -66,6 +67,12 @@ SECTIONS = ("dynamics", "sensor")
 
 # How the controller meets moving obstacles (`NavParams.moving_prediction`).
 MOVING_PREDICTION = ("track", "reach")
+
+# The MPC's weight on a Nav2 costmap's inflation cost (`MPCConfig.costmap_cost_weight`), from the closed-loop sweep of
+# docs/costmap.md (30 worlds, seven families): 0.05 and 0.1 keep every episode's success and widen the clearance (p5
+# 0.036 -> 0.061 / 0.063 m); 0.1 left 80 steps unconverged in the dense worlds (0.05: 2) and 0.3 and 1 lost dense
+# worlds to timeouts, the robot holding back before passages its whole horizon would have to cross at a cost.
+COSTMAP_COST_WEIGHT = 0.05
 
 
 def param(default: Any, description: str, section: str | None = None) -> Any:
@@ -214,6 +221,18 @@ class NavParams:
         "control period, which it can overrun by one of its iterations)",
     )
     unknown_policy: str = param("occupied", "how unknown grid cells count for clearance: 'occupied' or 'free'")
+    costmap_semantics: str = param(
+        "occupancy",
+        "what the grid's values mean: 'occupancy' (map_server probabilities: >= 65 occupied, <= 25 free, else "
+        "unknown), 'nav2_costmap' (a Nav2 costmap: 100 lethal is an obstacle, 1..98 inflation and 99 inscribed are "
+        "free with a soft cost, the MPC checking the footprint itself; -1 unknown) or 'nav2_costmap_inscribed' (99 an "
+        "obstacle too)",
+    )
+    costmap_cost_weight: float = param(
+        COSTMAP_COST_WEIGHT,
+        "weight of a Nav2 costmap's inflation cost (0..1 at the robot's centre, squared) per MPC knot; 0: off. Used "
+        "with a nav2 costmap_semantics only; at most 100",
+    )
     warm_start: str = param(
         "auto", "SQP start: cold, shift, learned, hybrid, or auto (hybrid when a model fits the robot, else shift)"
     )
@@ -326,6 +345,12 @@ class NavParams:
             raise InputError(f"parameter sqp_method: expected 'sqp' or 'sqpmethod', got {self.sqp_method!r}")
         if self.unknown_policy not in ("occupied", "free"):
             raise InputError(f"parameter unknown_policy: expected 'occupied' or 'free', got {self.unknown_policy!r}")
+        check_semantics(self.costmap_semantics, "parameter costmap_semantics")
+        if not 0.0 <= self.costmap_cost_weight <= MAX_COSTMAP_COST_WEIGHT:
+            raise InputError(
+                f"parameter costmap_cost_weight: expected a number in [0, {MAX_COSTMAP_COST_WEIGHT:g}] (0: off), got "
+                f"{self.costmap_cost_weight}"
+            )
         self.robot_model()  # footprint and limits checked now, each error naming its parameter
         self.realism()  # the dynamics and sensor sections likewise
         self.actuation()
@@ -453,6 +478,8 @@ class NavParams:
             "start_tolerance_m": 0.5 * self.grid_resolution,  # a lidar-built costmap (MPCConfig.start_tolerance_m)
             # A lidar with a blind sector behind: plans forward only; reversing is the recoveries' (MPCConfig)
             "plan_v_min": 0.0 if self.sensor_fov_deg < 360.0 else None,
+            # An occupancy grid has no soft cost: its MPC is built without the term (no parameters, no work)
+            "costmap_cost_weight": self.costmap_cost_weight if self.costmap_semantics != OCCUPANCY else 0.0,
         }
         if not real_time:
             return MPCConfig(**common)

@@ -35,6 +35,7 @@ KINDS = ("unit", "integration", "ros")
 UNIT = {
     "test_ros_follow_path",
     "test_cli_errors",
+    "test_costmap",
     "test_dataset_store",
     "test_experiments_runner",
     "test_footprint",
@@ -101,6 +102,7 @@ UNIT = {
 INTEGRATION = {
     "test_cli_bench",
     "test_cli_eval",
+    "test_costmap_closed_loop",
     "test_collect_lifetime",
     "test_dataset_collect",
     "test_episode_closed_loop",

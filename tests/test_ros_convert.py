@@ -39,6 +39,21 @@ def test_grid_roundtrip_through_cdr(env):
     assert msg.header.frame_id == "odom" and msg.header.stamp.sec == 12 and msg.header.stamp.nanosec == 250_000_000
 
 
+def test_grid_msg_read_as_a_nav2_costmap(env):
+    """costmap_semantics (issue 29): the same message read as a Nav2 costmap -- inflation 1..98 and inscribed 99 free
+    with a soft cost, lethal 100 an obstacle -- or, by default, as occupancy (50 unknown)."""
+    store, types = env
+    grid = OccupancyGrid(np.array([[100, 99, 50, 0, -1]], np.int8), 0.05)
+    msg = cdr_roundtrip(store, convert.make_grid_msg(types, grid, 0.0, "odom"))
+    nav2 = convert.grid_from_msg(msg, "nav2_costmap")
+    assert nav2.semantics == "nav2_costmap"
+    np.testing.assert_array_equal(nav2.free_mask()[0], [False, True, True, True, False])
+    np.testing.assert_array_equal(nav2.occupied_mask()[0], [True, False, False, False, False])
+    assert convert.grid_from_msg(msg).unknown_mask()[0, 2]
+    with pytest.raises(InputError, match="costmap_semantics: expected one of"):
+        convert.grid_from_msg(msg, "nav2")
+
+
 def test_grid_msg_with_wrong_length_is_rejected(env):
     store, types = env
     grid = OccupancyGrid(np.zeros((4, 5), np.int8), 0.1)

@@ -43,6 +43,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _args.add_params_argument(p)
     _args.add_realism_argument(p)
     p.add_argument(
+        "--costmap",
+        choices=("raw", "inflated"),
+        default="raw",
+        help="the grid the planner gets: the fused lidar occupancy (raw, default), or a Nav2 local costmap of it "
+        "(inflated: Nav2's inflation layer with its defaults, read with the profile's Nav2 costmap_semantics, else "
+        "nav2_costmap, and its costmap_cost_weight; docs/costmap.md)",
+    )
+    p.add_argument(
         "--no-global-path",
         action="store_true",
         help="give the controller no global path: it plans its own on what it has seen, with recoveries",
@@ -198,6 +206,7 @@ def handler(args: argparse.Namespace) -> int:
         params,
         real_time=True,
         realism=args.realism,
+        costmap=args.costmap,
         moving_obstacles=args.moving_obstacles,
         moving_kind=args.moving_kind,
     )
@@ -321,6 +330,9 @@ def evaluate(args: argparse.Namespace, setup: Any, jobs: list, name: str) -> dic
             "moving_kind": args.moving_kind if args.worlds is not None else None,
             "global_path": not args.no_global_path,
             "plain_controller": args.plain_controller,
+            # the grid the planner got and how it read it (issue 29; the MPC's weight is config.mpc.costmap_cost_weight)
+            "costmap": getattr(args, "costmap", "raw"),
+            "costmap_semantics": setup.profile.params.costmap_semantics,
             "moving_prediction": "track" if controller.config.tracking is not None else "reach",
             "map": args.map,
             "scenarios": args.scenarios,

@@ -53,4 +53,4 @@ def clear_robot_cells(
         out[r0:r1, c0:c1] = view.reshape(r1 - r0, c1 - c0)
     if out is None:
         return grid
-    return OccupancyGrid(out, grid.resolution, grid.origin)
+    return grid.with_data(out)  # thresholds and semantics kept: a costmap stays one

@@ -34,6 +34,7 @@ import numpy as np
 
 from mnemo_mpc.errors import InfeasibleProblemError, InputError
 from mnemo_mpc.nav.reference import visible_subgoal
+from mnemo_mpc.planning.costmap import OCCUPANCY
 from mnemo_mpc.planning.esdf import DistanceField
 from mnemo_mpc.planning.global_path import inflation_radius, plan_global_path
 from mnemo_mpc.planning.grid import UNKNOWN, OccupancyGrid
@@ -56,6 +57,7 @@ class SeenMap:
         self.offset = np.zeros(2, dtype=np.int64)  # (col i0, row j0) lattice index of data[0, 0]
         self.resolution: float | None = None
         self.thresholds = (65, 25)
+        self.semantics = OCCUPANCY  # of the grids written in (`planning.costmap`)
 
     def update(self, grid: OccupancyGrid) -> None:
         """Write the known cells of `grid` into the memory (cells it shows as unknown keep what was seen before)."""
@@ -64,6 +66,7 @@ class SeenMap:
             self.clear()
             self.resolution = res
         self.thresholds = (grid.occupied_thresh, grid.free_thresh)
+        self.semantics = grid.semantics
         xs, ys = grid.cell_centers()
         known = ~grid.unknown_mask()
         ci = np.floor(xs[known] / res).astype(np.int64)
@@ -116,7 +119,7 @@ class SeenMap:
         offset = offset - before
         occ, free = self.thresholds
         origin = (float(offset[0] * res), float(offset[1] * res), 0.0)
-        return OccupancyGrid(data, res, origin, occupied_thresh=occ, free_thresh=free)
+        return OccupancyGrid(data, res, origin, occupied_thresh=occ, free_thresh=free, semantics=self.semantics)
 
     def _cover(self, lo: np.ndarray, hi: np.ndarray) -> None:
         """Grow the array to hold lattice indices lo..hi (col, row), starting afresh past `max_size_m`."""

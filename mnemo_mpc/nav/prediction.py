@@ -116,7 +116,7 @@ def without_tracks(grid: OccupancyGrid, tracks: list[Track]) -> OccupancyGrid:
         return grid
     data = grid.data.copy()
     data[mask] = FREE
-    return OccupancyGrid(data, grid.resolution, grid.origin, grid.occupied_thresh, grid.free_thresh)
+    return grid.with_data(data)
 
 
 def near_tracks(grid: OccupancyGrid, tracks: list[Track], guard_m: float) -> np.ndarray | None:

@@ -88,15 +88,40 @@ class DistanceField:
             self._cache[key] = ndimage.spline_filter(self.padded_values(pad), order=3, mode="mirror")
         return self._cache[key]
 
+    @property
+    def cost_values(self) -> np.ndarray:
+        """The grid's soft cost per cell in [0, 1] (`OccupancyGrid.cost_field`: a Nav2 costmap's inflation; zeros for
+        an occupancy grid), unknown cells as this field's policy takes them."""
+        if "cost" not in self._cache:
+            self._cache["cost"] = self.grid.cost_field(self.unknown_policy)
+        return self._cache["cost"]
+
+    def cost_spline_coefficients(self, pad: int = 3) -> np.ndarray:
+        """Cubic B-spline coefficients of the soft cost on the same padded lattice as `spline_coefficients` (the
+        border cells' values continued outward): the parameter the MPC's costmap term reads
+        (`MPCConfig.costmap_cost_weight`); `spline_cost` is the same spline in numpy."""
+        key = ("cost_coeffs", pad)
+        if key not in self._cache:
+            padded = np.pad(self.cost_values, pad, mode="edge")
+            self._cache[key] = ndimage.spline_filter(padded, order=3, mode="mirror")
+        return self._cache[key]
+
+    def spline_cost(self, xy: np.ndarray, pad: int = 3) -> np.ndarray:
+        """The smooth soft cost the optimiser sees, at map-frame points (..., 2)."""
+        return self._spline_at(self.cost_spline_coefficients(pad), xy, pad)
+
     def spline_distance(self, xy: np.ndarray, pad: int = 3) -> np.ndarray:
         """The smooth (bicubic interpolating spline) field the optimiser sees, at map-frame points (..., 2)."""
+        return self._spline_at(self.spline_coefficients(pad), xy, pad)
+
+    def _spline_at(self, coefficients: np.ndarray, xy: np.ndarray, pad: int) -> np.ndarray:
         xy = np.asarray(xy, dtype=float)
         g = self.grid.world_to_grid(xy)
         h, w = self.shape
         qx = np.clip(g[..., 0] - 0.5 + pad, 1.0, w + 2 * pad - 2.0 - 1e-9)
         qy = np.clip(g[..., 1] - 0.5 + pad, 1.0, h + 2 * pad - 2.0 - 1e-9)
         coords = np.stack([qy, qx]).reshape(2, -1)
-        vals = ndimage.map_coordinates(self.spline_coefficients(pad), coords, order=3, mode="mirror", prefilter=False)
+        vals = ndimage.map_coordinates(coefficients, coords, order=3, mode="mirror", prefilter=False)
         return vals.reshape(xy.shape[:-1])
 
     def min_clearance(self, points: np.ndarray) -> float:

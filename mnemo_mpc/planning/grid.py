@@ -8,6 +8,10 @@ the origin pose of cell (0, 0)'s outer corner. A non-zero origin yaw rotates the
 Classification policy (stated once, used everywhere): a cell is OCCUPIED if its value >= `occupied_thresh`, FREE if
 0 <= value <= `free_thresh`, and UNKNOWN otherwise (-1, or a value between the thresholds). What the planner does with
 unknown cells is its `unknown_policy` (see `mnemo_mpc.planning.esdf`).
+
+`semantics` says what the values mean (`mnemo_mpc.planning.costmap`): `"occupancy"` (the above, map_server style) or a
+Nav2 costmap (`"nav2_costmap"`: 100 lethal OCCUPIED, 0..99 FREE with a soft cost, -1 UNKNOWN), whose thresholds are
+set from it, so the classification above reads either.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mnemo_mpc.errors import InputError
+from mnemo_mpc.planning import costmap
 
 UNKNOWN = -1
 FREE = 0
@@ -31,8 +36,14 @@ class OccupancyGrid:
     origin: tuple[float, float, float] = (0.0, 0.0, 0.0)  # x, y, yaw of cell (0, 0)'s corner in the map frame
     occupied_thresh: int = 65
     free_thresh: int = 25
+    semantics: str = costmap.OCCUPANCY  # what the values mean (`planning.costmap`); a costmap's sets the thresholds
 
     def __post_init__(self) -> None:
+        costmap.check_semantics(self.semantics, "OccupancyGrid.semantics")
+        forced = costmap.thresholds(self.semantics)
+        if forced is not None:
+            object.__setattr__(self, "occupied_thresh", forced[0])
+            object.__setattr__(self, "free_thresh", forced[1])
         data = np.asarray(self.data)
         if data.ndim != 2 or data.shape[0] < 1 or data.shape[1] < 1:
             raise InputError(f"OccupancyGrid.data: expected a non-empty 2-D array, got shape {data.shape}")
@@ -115,6 +126,21 @@ class OccupancyGrid:
     def unknown_mask(self) -> np.ndarray:
         return ~(self.occupied_mask() | self.free_mask())
 
+    def with_data(self, data: np.ndarray, origin: tuple[float, float, float] | None = None) -> OccupancyGrid:
+        """A grid of the same resolution, thresholds and semantics with other cell values (and origin)."""
+        return OccupancyGrid(
+            data,
+            self.resolution,
+            self.origin if origin is None else origin,
+            self.occupied_thresh,
+            self.free_thresh,
+            self.semantics,
+        )
+
+    def cost_field(self, unknown_policy: str = "occupied") -> np.ndarray:
+        """The soft cost per cell in [0, 1] (`planning.costmap.cost_field`; zeros for an occupancy grid)."""
+        return costmap.cost_field(self.data, self.semantics, unknown_policy)
+
     # --- nav_msgs/OccupancyGrid flat form --------------------------------------------------------------------------
     @classmethod
     def from_msg_arrays(
@@ -156,9 +182,7 @@ class OccupancyGrid:
         if rs < re and cs < ce:
             out[rs - r0 : re - r0, cs - c0 : ce - c0] = self.data[rs:re, cs:ce]
         ox, oy = self.grid_to_world(np.array([c0, r0], dtype=float))
-        return OccupancyGrid(
-            out, self.resolution, (float(ox), float(oy), self.origin[2]), self.occupied_thresh, self.free_thresh
-        )
+        return self.with_data(out, (float(ox), float(oy), self.origin[2]))
 
     # --- any grid -> the MPC's fixed window (a costmap of another size, resolution or orientation) ------------------
     def classes(self) -> np.ndarray:
@@ -167,7 +191,8 @@ class OccupancyGrid:
 
     def coarsened(self, factor: int) -> OccupancyGrid:
         """Cells `factor` times larger, each the most cautious class of the cells it covers (occupied > unknown >
-        free), so no obstacle is lost when a fine costmap is resampled; partial blocks at the far edges are kept."""
+        free), so no obstacle is lost when a fine costmap is resampled; partial blocks at the far edges are kept. A
+        free block of a costmap keeps the highest value (soft cost) of its free cells."""
         k = int(factor)
         if k < 1:
             raise InputError(f"OccupancyGrid.coarsened.factor: expected an integer >= 1, got {factor}")
@@ -178,7 +203,14 @@ class OccupancyGrid:
         ranks = np.zeros((hp, wp), dtype=np.int8)  # padding counts as free: it never wins a block over real cells
         ranks[:h, :w] = self.classes()
         pooled = ranks.reshape(hp // k, k, wp // k, k).max(axis=(1, 3))
-        return OccupancyGrid(_CLASS_VALUES[pooled], self.resolution * k, self.origin)
+        values = _CLASS_VALUES[pooled]
+        if self.semantics == costmap.OCCUPANCY:
+            return OccupancyGrid(values, self.resolution * k, self.origin)
+        free = np.zeros((hp, wp), dtype=np.int8)
+        free[:h, :w] = np.where(self.free_mask(), self.data, 0)
+        soft = free.reshape(hp // k, k, wp // k, k).max(axis=(1, 3))
+        values = np.where(pooled == 0, soft, values).astype(np.int8)
+        return OccupancyGrid(values, self.resolution * k, self.origin, semantics=self.semantics)
 
     def fit_window(self, center_xy: np.ndarray, shape: tuple[int, int], resolution: float) -> OccupancyGrid:
         """This grid seen as an axis-aligned (H, W) = `shape` window of `resolution` cells centred on `center_xy`.
@@ -201,7 +233,12 @@ class OccupancyGrid:
         out = np.full((h, w), UNKNOWN, dtype=np.int8)
         out[inside] = self.data[cells[inside][:, 0], cells[inside][:, 1]]
         return OccupancyGrid(
-            out, resolution, (float(origin[0]), float(origin[1]), 0.0), self.occupied_thresh, self.free_thresh
+            out,
+            resolution,
+            (float(origin[0]), float(origin[1]), 0.0),
+            self.occupied_thresh,
+            self.free_thresh,
+            self.semantics,
         )
 
 

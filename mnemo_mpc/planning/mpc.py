@@ -5,6 +5,8 @@ The paper's planner: "For each MPC step, one instance of trajectory optimization
 
     min   sum_{k=1..N} w_track |p_k - r_k|^2 + w_goal |p_N - g|^2 + h w_yaw (1 - cos(yaw_N - yaw_g))
           + sum_k (w_v v_k^2 + w_w w_k^2) + sum_k (w_dv dv_k^2 + w_dw dw_k^2)
+          [+ sum_{k=1..N} w_c c(p_k)^2, with `MPCConfig.costmap_cost_weight` = w_c > 0: c in [0, 1] the grid's soft
+           cost, a Nav2 costmap's inflation (`planning.costmap`), at the robot's centre; method "sqp"]
     s.t.  x_0 = current state,  x_{k+1} = f(x_k, u_k)                         (robot.unicycle_step)
           v_min <= v_k <= v_max,  |w_k| <= w_max
           |u_k - u_{k-1}| <= (a_max, alpha_max) dt,  with u_{-1} = the current velocity
@@ -44,6 +46,7 @@ from mnemo_mpc.errors import InfeasibleProblemError, InputError, StartInCollisio
 from mnemo_mpc.planning import nlp as nlp_forms
 from mnemo_mpc.planning.codegen import BufferedFunction, BuildInfo
 from mnemo_mpc.planning.collision import FootprintChecker
+from mnemo_mpc.planning.costmap import MAX_COSTMAP_COST_WEIGHT
 from mnemo_mpc.planning.esdf import DistanceField
 from mnemo_mpc.planning.nlp import SPLINE_PAD, CostWeights
 from mnemo_mpc.planning.robot import RobotModel, unicycle_step
@@ -135,6 +138,11 @@ class MPCConfig:
     # Slots for predicted moving obstacles (issue 28): the NLP gets M time-varying distance rows per knot (see the
     # module docstring); unused slots are parked far away. 0: the MPC plans against the grid alone. Method "sqp" only.
     moving_obstacles: int = 0
+    # Weight w_c of the soft costmap cost (issue 29): sum_k w_c c(p_k)^2 with c in [0, 1] the grid's inflation cost at
+    # the robot's centre (a Nav2 costmap's 1..98, `planning.costmap`). 0: no term, and the NLP, its parameters and
+    # its compiled code are exactly those without it. The node's default comes with `NavParams.costmap_cost_weight`
+    # for a costmap; an occupancy grid has no soft cost, so its MPC keeps 0. Method "sqp" only.
+    costmap_cost_weight: float = 0.0
 
     def __post_init__(self) -> None:
         if isinstance(self.N, bool) or not isinstance(self.N, int) or self.N < 1:
@@ -189,6 +197,14 @@ class MPCConfig:
             )
         if m and self.method != "sqp":
             raise InputError(f"MPCConfig.moving_obstacles: needs method 'sqp', got method {self.method!r}")
+        wc = self.costmap_cost_weight
+        if not (is_real(wc) and 0.0 <= wc <= MAX_COSTMAP_COST_WEIGHT):
+            raise InputError(
+                f"MPCConfig.costmap_cost_weight: expected a finite number in [0, {MAX_COSTMAP_COST_WEIGHT:g}] "
+                f"(0: no costmap cost), got {wc!r}"
+            )
+        if wc > 0 and self.method != "sqp":
+            raise InputError(f"MPCConfig.costmap_cost_weight: > 0 needs method 'sqp', got method {self.method!r}")
 
     @property
     def weights(self) -> CostWeights:
@@ -346,8 +362,9 @@ class SQPMPC:
         self.outer_radius = float(np.max(np.hypot(self.discs[:, 0], self.discs[:, 1]) + self.discs[:, 2]))
         m = config.moving_obstacles
         k = self.discs.shape[0]
+        wc = float(config.costmap_cost_weight)
         if config.method == "sqp":
-            self._nlp = nlp_forms.condensed(n, dt, self.grid_shape, config.weights, self.discs[:, :2], m)
+            self._nlp = nlp_forms.condensed(n, dt, self.grid_shape, config.weights, self.discs[:, :2], m, wc)
         else:
             self._nlp = nlp_forms.multiple_shooting(n, dt, self.grid_shape, config.weights, self.discs[:, :2])
         self._functions = self._nlp.functions
@@ -355,6 +372,7 @@ class SQPMPC:
             from mnemo_mpc.planning.codegen import compiled
 
             tag = f"mpc_{config.method}_N{n}_{h}x{w}" + (f"_K{k}" if k > 1 else "") + (f"_M{m}" if m else "")
+            tag += "_costmap" if wc > 0 else ""  # the weight itself is in the source the cache entry is keyed by
             self._functions, self.build_info = compiled(self._functions, tag)
         if config.method == "sqp":
             self._sqp = SQP(nlp_forms.CondensedEvaluator(self._nlp, self._functions), config.sqp_options)
@@ -413,7 +431,10 @@ class SQPMPC:
             field.grid.resolution,
             centres,
         )
-        return np.concatenate([head, field.spline_coefficients(SPLINE_PAD).reshape(-1)])
+        maps = [field.spline_coefficients(SPLINE_PAD).reshape(-1)]
+        if self.layout.cost_field:
+            maps.append(field.cost_spline_coefficients(SPLINE_PAD).reshape(-1))
+        return np.concatenate([head, *maps])
 
     def solve(
         self,

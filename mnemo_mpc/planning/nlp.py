@@ -21,9 +21,14 @@ the cost as |r|^2 is what gives `condensed` its Gauss-Newton Hessian 2 J_r^T J_r
 
 The map enters as a parameter: the ESDF's bicubic B-spline coefficients on the padded window (computed per map by
 `DistanceField.spline_coefficients`); the window's origin, rotation and resolution map query points into grid
-coordinates. All arithmetic is SX (fast, exact derivatives); only the gather of each knot's 4x4 coefficients from
-the map parameter needs MX (parametric indexing). The gather is piecewise constant in the knot position, so the
-derivatives taken with the gathered coefficients held fixed are the true derivatives of the spline.
+coordinates. With a costmap weight w_c > 0 (issue 29) a second map follows it, the soft cost c in [0, 1] of a Nav2
+costmap's inflation (`DistanceField.cost_spline_coefficients`, same lattice), and each knot adds the residual
+sqrt(w_c) c(p_k) at the robot's centre (cost w_c c^2: a sum of squares like the rest, so Gauss-Newton keeps its
+curvature; with Nav2's exponential inflation, c^2 decays like c with twice the cost_scaling_factor). With w_c = 0 the
+NLP, its parameters and its compiled code are exactly those without it. All arithmetic is SX (fast, exact
+derivatives); only the gather of each knot's 4x4 coefficients from the map parameter needs MX (parametric indexing).
+The gather is piecewise constant in the knot position, so the derivatives taken with the gathered coefficients held
+fixed are the true derivatives of the spline.
 """
 
 from __future__ import annotations
@@ -41,7 +46,8 @@ SPLINE_PAD = 3  # cells of extrapolated ESDF around the window, so the spline is
 
 @dataclass(frozen=True)
 class ParamLayout:
-    """Offsets into the NLP parameter vector p = [head, spline coefficients (rows x cols, row-major)].
+    """Offsets into the NLP parameter vector p = [head, spline coefficients (rows x cols, row-major)] and, with
+    `cost_field`, the soft cost's spline coefficients after them (rows x cols, same lattice).
 
     head = state (3), u_prev (2), goal (3), heading_on (1), ref (2N), origin (2), rot = (cos, sin) (2), 1/res (1),
     and with `obstacles` = M > 0 the predicted centres of M moving obstacles at knots 1..N (2 M N, knot-major:
@@ -51,6 +57,7 @@ class ParamLayout:
     N: int
     grid_shape: tuple[int, int]
     obstacles: int = 0
+    cost_field: bool = False
 
     @property
     def spline_shape(self) -> tuple[int, int]:
@@ -61,9 +68,13 @@ class ParamLayout:
         return 3 + 2 + 3 + 1 + 2 * self.N + 2 + 2 + 1 + 2 * self.obstacles * self.N
 
     @property
-    def size(self) -> int:
+    def map_size(self) -> int:
         rows, cols = self.spline_shape
-        return self.head_size + rows * cols
+        return rows * cols
+
+    @property
+    def size(self) -> int:
+        return self.head_size + self.map_size * (2 if self.cost_field else 1)
 
     def head(
         self,
@@ -246,6 +257,8 @@ class CondensedNLP:
     `hess_w` (+ lam_g) -> the blocks of H_w: hxx (3 x 3N, x_1..x_N), hxu (3 x 2N, x_k with u_k), huu (2 x 2N, u_k);
     `fg` -> f, g (the line search's merit); `rollout` -> X (3, N+1) from (x, head).
     Constants: `hess_u`, the control costs' Hessian (2N x 2N), and `w_track` (Gauss-Newton's tracking rows).
+    With a costmap term (`cost_weight` > 0) `eval` also returns `cost_grad_t` (N x 3): each knot's cost residual's
+    gradient in x_k, for its Gauss-Newton rows.
     """
 
     N: int
@@ -256,6 +269,7 @@ class CondensedNLP:
     nlp: dict[str, Any]
     discs: int = 1  # clearance rows per knot: K covering discs + M moving obstacles
     obstacles: int = 0
+    cost_weight: float = 0.0  # w_c of the costmap residuals (0: none)
 
     @property
     def nx(self) -> int:
@@ -273,13 +287,16 @@ def condensed(
     weights: CostWeights,
     disc_offsets: Any = ((0.0, 0.0),),
     moving_obstacles: int = 0,
+    cost_weight: float = 0.0,
 ) -> CondensedNLP:
     """The condensed NLP; `disc_offsets` (K, 2): the covering discs' centres in the robot frame (radii enter as the
-    clearance rows' lower bounds, `SQPMPC`); `moving_obstacles` M: slots for predicted obstacle centres per knot."""
+    clearance rows' lower bounds, `SQPMPC`); `moving_obstacles` M: slots for predicted obstacle centres per knot;
+    `cost_weight` w_c: the costmap residuals' weight (module docstring; 0: no costmap term, no extra parameters)."""
     offsets = _check_offsets(disc_offsets)
     k_discs, m = offsets.shape[0], int(moving_obstacles)
     k_rows = k_discs + m
-    layout = ParamLayout(n, grid_shape, m)
+    costed = cost_weight > 0.0
+    layout = ParamLayout(n, grid_shape, m, costed)
     rows, cols = layout.spline_shape
     w = weights
 
@@ -304,6 +321,7 @@ def condensed(
     geom, ref_k = ca.SX.sym("geom", 5), ca.SX.sym("ref", 2)
     c16, lam_c = ca.SX.sym("c16", 16 * k_discs), ca.SX.sym("lam_c", k_rows)
     obs_k = [ca.SX.sym("obs", 2 * m)] if m else []
+    c16_cost = [ca.SX.sym("c16_cost", 16)] if costed else []
     hk = {"origin": geom[0:2], "rot": geom[2:4], "inv_res": geom[4]}
     q = [_spline_coordinates(c, hk, layout.spline_shape) for c in _disc_centres(xs, offsets)]
     clearance = ca.vertcat(*[_spline_clearance(qx, qy, c16[16 * d : 16 * d + 16]) for d, (qx, qy) in enumerate(q)])
@@ -311,11 +329,21 @@ def condensed(
         clearance = ca.vertcat(clearance, _obstacle_distances(xs, obs_k[0], m))
     cell = ca.vertcat(*[ca.floor(qx) + cols * ca.floor(qy) for qx, qy in q])
     f_track = w.w_track * ca.sumsqr(xs[0:2] - ref_k)
-    knot_in = [xs, c16, geom, ref_k, *obs_k]
+    knot_in = [xs, c16, geom, ref_k, *obs_k, *c16_cost]
     knot_cell = ca.Function("mpc_knot_cell", [xs, geom], [cell])
+    extra_grad = []
+    if costed:
+        # The costmap residual at the robot's centre (Nav2 inflates for the centre): sqrt(w_c) c(p_k).
+        qcx, qcy = _spline_coordinates(xs[0:2], hk, layout.spline_shape)
+        r_cost = np.sqrt(cost_weight) * _spline_clearance(qcx, qcy, c16_cost[0])
+        f_track = f_track + ca.sumsqr(r_cost)
+        centre_cell = ca.Function("mpc_knot_centre_cell", [xs, geom], [ca.floor(qcx) + cols * ca.floor(qcy)])
+        extra_grad = [ca.gradient(r_cost, xs)]
     knot_val = ca.Function("mpc_knot_val", knot_in, [f_track, clearance])
     knot_grad = ca.Function(
-        "mpc_knot_grad", knot_in, [f_track, clearance, ca.gradient(f_track, xs), ca.jacobian(clearance, xs).T]
+        "mpc_knot_grad",
+        knot_in,
+        [f_track, clearance, ca.gradient(f_track, xs), ca.jacobian(clearance, xs).T, *extra_grad],
     )
     knot_hess = ca.Function("mpc_knot_hess", [*knot_in, lam_c], [ca.hessian(f_track + ca.dot(lam_c, clearance), xs)[0]])
 
@@ -355,7 +383,7 @@ def condensed(
 
     # --- the MX graphs -------------------------------------------------------------------------------------------
     um, p, lam = ca.MX.sym("x", 2 * n), ca.MX.sym("p", layout.size), ca.MX.sym("lam_g", (2 + k_rows) * n)
-    head, coeffs = p[: layout.head_size], p[layout.head_size :]
+    head, coeffs = p[: layout.head_size], p[layout.head_size : layout.head_size + layout.map_size]
     h = _unpack_head(head, n, m)
     geom_m = ca.vertcat(h["origin"], h["rot"], h["inv_res"])
     U = ca.reshape(um, 2, n)
@@ -365,6 +393,9 @@ def condensed(
     c16_all = ca.reshape(_gather_coefficients(cells, coeffs, k_discs * n, cols), 16 * k_discs, n)
     lam_rates, lam_clr = lam[: 2 * n], ca.reshape(lam[2 * n :], k_rows, n)
     knots = [x1, c16_all, geom_m, h["ref"]] + ([h["obstacles"]] if m else [])
+    if costed:
+        cost_coeffs = p[layout.head_size + layout.map_size :]
+        knots.append(_gather_coefficients(centre_cell.map(n)(x1, geom_m), cost_coeffs, n, cols))
 
     # values only (the merit and the convergence test's f, g)
     ft_v, clr_v = knot_val.map(n)(*knots)
@@ -372,7 +403,7 @@ def condensed(
     f_val = ca.sum2(ft_v) + terminal(x1[:, n - 1], h["goal"], h["heading_on"])[0] + fu_v
     g_val = ca.vertcat(rates_v, ca.vec(clr_v))
     # first and second derivatives
-    _, _, dft, dclr = knot_grad.map(n)(*knots)  # (3, N), (3, (K + M) N)
+    _, _, dft, dclr, *dcost = knot_grad.map(n)(*knots)  # (3, N), (3, (K + M) N)[, (3, N): the cost residuals']
     _, dfT, d2fT, jT = terminal(x1[:, n - 1], h["goal"], h["heading_on"])
     _, _, dfu, dlam_rates = controls(U, h["u_prev"], lam_rates)
     a_all, b_all = stage_ab.map(n)(x_prev, U)  # A_0..A_{N-1} (3 x 3N), B_0..B_{N-1} (3 x 2N)
@@ -406,14 +437,14 @@ def condensed(
     hxu = ca.horzcat(cxu[:, 2:], ca.MX.zeros(3, 2))  # x_k with u_k, k = 1..N-1 (padded to N blocks)
 
     # Outputs M are emitted as M^T where numpy wants M: CasADi's column-major buffer of M^T is M in C order.
+    eval_out = [grad_f, ca.densify(jac_g.T), ca.densify(sens.T), ca.densify(jT.T)]
+    eval_names = ["grad_f", "jac_g_t", "sens_t", "jac_terminal_t"]
+    if costed:
+        eval_out.append(ca.densify(dcost[0]))  # (3, N) column-major: (N, 3) in C order
+        eval_names.append("cost_grad_t")
     graphs = {
         "check": ([um, p, lam], [f_val, g_val, grad_lag], ["x", "p", "lam_g"], ["f", "g", "grad_lag"]),
-        "eval": (
-            [um, p],
-            [grad_f, ca.densify(jac_g.T), ca.densify(sens.T), ca.densify(jT.T)],
-            ["x", "p"],
-            ["grad_f", "jac_g_t", "sens_t", "jac_terminal_t"],
-        ),
+        "eval": ([um, p], eval_out, ["x", "p"], eval_names),
         "hess_w": ([um, p, lam], [ca.densify(m) for m in (hxx, hxu, cuu)], ["x", "p", "lam_g"], ["hxx", "hxu", "huu"]),
         "fg": ([um, p], [f_val, g_val], ["x", "p"], ["f", "g"]),
     }
@@ -425,7 +456,7 @@ def condensed(
         "mpc_rollout", [u_sx, head_sx], [_rollout(hx["state"], ca.reshape(u_sx, 2, n), dt)], ["x", "head"], ["states"]
     )
     nlp = {"x": um, "p": p, "f": f_val, "g": g_val}
-    return CondensedNLP(n, layout, functions, hess_u, w.w_track, nlp, k_rows, m)
+    return CondensedNLP(n, layout, functions, hess_u, w.w_track, nlp, k_rows, m, float(cost_weight))
 
 
 def _reverse_cols(m: Any, n: int) -> Any:
@@ -535,6 +566,7 @@ class CondensedEvaluator:
         self._sens = np.zeros((3 * n, self.nx))  # S, C order; `eval` writes it
         self._eval.bind_output("sens_t", self._sens.reshape(-1))
         self._hess_u, self._w_track = nlp.hess_u, nlp.w_track
+        self._costed = nlp.cost_weight > 0.0
         self._out = np.empty((self.nx, self.nx))
         self._cross = np.zeros((self.nx, self.nx))
         # (row, col) of the 2x2 diagonal blocks of u_0..u_{N-1}, in (k, i, j) order
@@ -559,7 +591,11 @@ class CondensedEvaluator:
         if not exact:
             pos = s3[:, :2, :].reshape(2 * n, self.nx)
             jt = self._eval.outputs["jac_terminal_t"].reshape(3, 3) @ s3[-1]
-            return 2.0 * (self._w_track * (pos.T @ pos) + jt.T @ jt) + self._hess_u
+            out = 2.0 * (self._w_track * (pos.T @ pos) + jt.T @ jt) + self._hess_u
+            if self._costed:  # the costmap residuals' rows: J_c[k] = grad r_c,k^T S_k
+                jc = np.einsum("ki,kij->kj", self._eval.outputs["cost_grad_t"].reshape(n, 3), s3)
+                out += 2.0 * (jc.T @ jc)
+            return out
         o = self._hess(lam_g=lam_g)
         hxx = o["hxx"].reshape(n, 3, 3).transpose(0, 2, 1)  # column-major 3x3 blocks side by side
         hxu = o["hxu"].reshape(n, 2, 3).transpose(0, 2, 1)

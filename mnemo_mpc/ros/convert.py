@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from mnemo_mpc.errors import InputError
+from mnemo_mpc.planning.costmap import OCCUPANCY, check_semantics
 from mnemo_mpc.planning.grid import OccupancyGrid
 
 
@@ -88,15 +89,20 @@ def stamp_seconds(stamp: Any) -> float | None:
 
 
 # --- messages -> arrays ---------------------------------------------------------------------------------------------
-def grid_from_msg(msg: Any) -> OccupancyGrid:
-    """nav_msgs/OccupancyGrid -> OccupancyGrid (origin yaw taken from info.origin.orientation)."""
+def grid_from_msg(msg: Any, semantics: str = OCCUPANCY) -> OccupancyGrid:
+    """nav_msgs/OccupancyGrid -> OccupancyGrid (origin yaw taken from info.origin.orientation) whose values mean what
+    `semantics` says (`mnemo_mpc.planning.costmap.SEMANTICS`; the node's `costmap_semantics` parameter): a map_server
+    occupancy grid, or a Nav2 costmap (100 lethal, 99 inscribed, 1..98 inflation, 0 free, -1 unknown)."""
+    check_semantics(semantics, "costmap_semantics")
     info = msg.info
     origin = _pose2d(info.origin, "OccupancyGrid.info.origin")
     resolution = float(info.resolution)
     if not (1e-4 <= resolution <= 100.0):  # also refuses NaN
         raise InputError(f"OccupancyGrid.info.resolution: expected 1e-4..100 m per cell, got {resolution}")
     data = np.asarray(msg.data, dtype=np.int16)
-    return OccupancyGrid.from_msg_arrays(int(info.width), int(info.height), resolution, origin, data)
+    return OccupancyGrid.from_msg_arrays(
+        int(info.width), int(info.height), resolution, origin, data, semantics=semantics
+    )
 
 
 def state_from_odometry(msg: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -10,6 +10,11 @@ cells report round(100 * p) with p = 1 / (1 + exp(-l)). With the defaults one sc
 
 Beams are traversed by sampling every `ray_step_cells` cells along all beams at once (vectorised supercover
 approximation), deduplicated per scan through a boolean scatter, so a cell gets at most one update per scan.
+
+`costmap="inflated"` (issue 29; `eval --costmap inflated`) publishes the window as a Nav2 local costmap does instead:
+the cells classified occupied are LETHAL, Nav2's inflation layer grows them (`planning.costmap.inflate`: inscribed
+radius the robot's, inflation radius 0.55 m and cost scaling factor 10 by default, Nav2's defaults), the values are
+translated as Nav2's costmap publisher does (100, 99, 1..98, 0, -1) and the grid says `nav2_costmap` semantics.
 """
 
 from __future__ import annotations
@@ -20,8 +25,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from mnemo_mpc.errors import InputError, is_real
+from mnemo_mpc.planning import costmap as cm
 from mnemo_mpc.planning.grid import UNKNOWN, OccupancyGrid
 from mnemo_mpc.sim.lidar import LidarScan
+
+COSTMAPS = ("raw", "inflated")
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,13 @@ class LocalGridConfig:
     # stood in it for good (dense-1005). 3 sigma; a quarter cell (the former nudge) let ~10 % of the returns through.
     hit_depth_m: float = 0.03
     ray_step_cells: float = 0.5
+    # "raw": the fused occupancy; "inflated": a Nav2 local costmap of it (module docstring), with these parameters
+    # (inscribed radius: the robot's, set by `sim.profile.closed_loop_setup`) and semantics
+    costmap: str = "raw"
+    inscribed_radius_m: float = 0.2
+    inflation_radius_m: float = cm.NAV2_INFLATION_RADIUS_M
+    cost_scaling_factor: float = cm.NAV2_COST_SCALING_FACTOR
+    costmap_semantics: str = cm.NAV2
 
     def __post_init__(self) -> None:
         if self.resolution <= 0 or self.size_m < 4 * self.resolution:
@@ -57,6 +72,13 @@ class LocalGridConfig:
             )
         if not 0 < self.ray_step_cells <= 1:
             raise InputError(f"LocalGridConfig.ray_step_cells: expected (0, 1], got {self.ray_step_cells}")
+        if self.costmap not in COSTMAPS:
+            raise InputError(f"LocalGridConfig.costmap: expected one of {COSTMAPS}, got {self.costmap!r}")
+        for name in ("inscribed_radius_m", "inflation_radius_m", "cost_scaling_factor"):
+            if not (is_real(getattr(self, name)) and getattr(self, name) >= 0):
+                raise InputError(f"LocalGridConfig.{name}: expected a finite number >= 0, got {getattr(self, name)!r}")
+        if cm.check_semantics(self.costmap_semantics, "LocalGridConfig.costmap_semantics") == cm.OCCUPANCY:
+            raise InputError("LocalGridConfig.costmap_semantics: an inflated costmap needs a Nav2 semantics")
 
     @classmethod
     def for_sensor(cls, size_m: float, resolution: float, noise_std_m: float) -> LocalGridConfig:
@@ -151,7 +173,19 @@ class LocalGrid:
         """The window as an `OccupancyGrid` (UNKNOWN where never observed) with its moving origin."""
         prob = 1.0 / (1.0 + np.exp(-self.logodds))
         data = np.where(self.observed, np.rint(100.0 * prob), UNKNOWN).astype(np.int8)
-        return OccupancyGrid(data, self.config.resolution, self.origin)
+        grid = OccupancyGrid(data, self.config.resolution, self.origin)
+        c = self.config
+        if c.costmap == "raw":
+            return grid
+        inflated = cm.inflate(
+            grid.occupied_mask(),
+            c.resolution,
+            c.inscribed_radius_m,
+            c.inflation_radius_m,
+            c.cost_scaling_factor,
+            unknown=grid.unknown_mask(),
+        )
+        return OccupancyGrid(inflated, c.resolution, self.origin, semantics=c.costmap_semantics)
 
     def update(self, scan: LidarScan) -> OccupancyGrid:
         self.recenter(scan.pose[:2])

@@ -12,6 +12,12 @@ drive follow `--realism` (`mnemo_mpc.sim.realism`); with `ideal` the controller 
 ideal too. A bare `RobotModel` (tests, library users) becomes a profile with the built-in defaults and the dt
 `mnemo_mpc.planning.sizing.size_horizon` gives it (`NavParams.for_robot`).
 
+`costmap="inflated"` (`eval --costmap inflated`, issue 29) has the simulator publish its local window as a Nav2 local
+costmap (`sim.local_grid`: LETHAL, Nav2's inflation layer around it with the robot's inscribed radius, translated to
+100 / 99 / 1..98 / 0 / -1) and the profile read it so (`costmap_semantics`: the profile's Nav2 semantics, else
+`nav2_costmap`; its `costmap_cost_weight` enters the MPC); `"raw"` keeps the fused occupancy and the `occupancy`
+semantics.
+
 `real_time=True` (demo, eval: a robot's loop) bounds every solve by the control period, as the node does
 (`NavParams.mpc_config`); `collect` keeps the iteration cap alone, so the dataset does not depend on how busy the
 machine was.
@@ -23,10 +29,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from mnemo_mpc.errors import InputError
+from mnemo_mpc.planning.costmap import NAV2, OCCUPANCY
 from mnemo_mpc.planning.mpc import MPCConfig
 from mnemo_mpc.planning.robot import RobotModel
 from mnemo_mpc.profile import SOLVE_BUDGET, NavParams, Profile, build
-from mnemo_mpc.sim.local_grid import LocalGridConfig
+from mnemo_mpc.sim.local_grid import COSTMAPS, LocalGridConfig
 from mnemo_mpc.sim.realism import Realism, realism_for
 from mnemo_mpc.sim.simulator import SimConfig
 from mnemo_mpc.sim.worlds import WorldConfig
@@ -84,12 +92,23 @@ def closed_loop_setup(
     mpc: MPCConfig | None = None,
     real_time: bool = False,
     realism: str = "ideal",
+    costmap: str = "raw",
     **world_overrides: Any,
 ) -> ClosedLoopSetup:
     """The closed loop for `profile` (a `NavParams`, a bare `RobotModel`, or None: the built-in robot): module
     docstring. `sensor_range_m` overrides the profile's lidar range, `mpc` its MPC configuration; `realism` is a
-    `mnemo_mpc.sim.realism.LEVELS` name; `world_overrides` set any WorldConfig field."""
+    `mnemo_mpc.sim.realism.LEVELS` name; `costmap` one of `sim.local_grid.COSTMAPS` (module docstring);
+    `world_overrides` set any WorldConfig field."""
     params = NavParams.for_robot(profile) if isinstance(profile, RobotModel) else profile or NavParams()
+    if costmap not in COSTMAPS:
+        raise InputError(f"closed_loop_setup.costmap: expected one of {COSTMAPS}, got {costmap!r}")
+    semantics = params.costmap_semantics
+    if costmap == "raw":
+        semantics = OCCUPANCY
+    elif semantics == OCCUPANCY:
+        semantics = NAV2
+    if semantics != params.costmap_semantics:
+        params = dataclasses.replace(params, costmap_semantics=semantics)
     built = build(params, real_time=real_time)
     if mpc is not None:
         built = dataclasses.replace(built, mpc=mpc)
@@ -111,5 +130,9 @@ def closed_loop_setup(
     # the grid the robot fuses its scans into, tuned to its lidar's noise
     noise = real.lidar(sim.lidar).noise_std_m
     grid = LocalGridConfig.for_sensor(params.grid_window_m, params.grid_resolution, noise)
+    if costmap == "inflated":
+        grid = dataclasses.replace(
+            grid, costmap=costmap, inscribed_radius_m=robot.shape.inscribed_radius, costmap_semantics=semantics
+        )
     sim = dataclasses.replace(sim, local_grid=grid)
     return ClosedLoopSetup(built, sim, world)
