@@ -214,7 +214,7 @@ class NavAdapter:
                 f"info.width x info.height = {width} x {height}: expected >= {MIN_GRID_CELLS} x {MIN_GRID_CELLS} "
                 f"and at most max_grid_cells = {self.params.max_grid_cells} cells"
             )
-        grid = convert.grid_from_msg(msg)
+        grid = convert.grid_from_msg(msg, self.params.costmap_semantics)
         target = self.params.grid_resolution
         if grid.resolution < target * (1 - 1e-6):  # pool a finer costmap once here, not in every tick
             grid = grid.coarsened(int(np.ceil(target / grid.resolution - 1e-6)))
