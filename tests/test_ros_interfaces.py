@@ -4,7 +4,7 @@ latched /tf_static), their type hashes are Jazzy's, the definitions keep Jazzy's
 and bad output folders, missing tools and a failed build are reported in one line with `--out` left as it was.
 
 The build is the session fixture `nav2_interfaces_prefix` (tests/conftest.py: cached under the pytest cache, keyed by
-the sources). Live tests are isolated as tests/test_ros_node_live.py's: a random ROS_DOMAIN_ID, discovery limited to
+the sources). Live tests are isolated as tests/test_ros_node_live.py's: a claimed ROS_DOMAIN_ID, discovery limited to
 localhost, logs in a temporary folder; waits are on received messages, never fixed sleeps.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shlex
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import pytest
 
 from mnemo_mpc.cli import main
 from mnemo_mpc.ros import interfaces
+from mnemo_mpc.ros.sim_launch import claim_domain_id
 
 # What Jazzy's tf2_msgs reports for TFMessage (`ros2 topic info -v /tf` on a ROS 2 Jazzy install, and the golden
 # hash in its rosidl tests): our TFMessage must be the same type on the wire.
@@ -184,7 +184,7 @@ rclpy.shutdown()
 def _isolated(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
     return {
         **env,
-        "ROS_DOMAIN_ID": str(random.randint(1, 200)),
+        "ROS_DOMAIN_ID": str(claim_domain_id()),
         "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
         "ROS_LOG_DIR": str(tmp_path / "ros_log"),
     }

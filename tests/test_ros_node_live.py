@@ -3,7 +3,7 @@ kinematic robot in this test: the goal is reached, stale inputs ramp to zero, vo
 work, acceleration limits hold at 10 and 50 Hz, namespaced and integer parameters apply, a box crossing the grids is
 tracked on /diagnostics and ~/tracks, bad parameters end with one line and exit 2, SIGINT and SIGTERM end with exit 0.
 
-Isolated from other DDS traffic: a random ROS_DOMAIN_ID, discovery limited to localhost, logs in a temporary folder.
+Isolated from other DDS traffic: a claimed ROS_DOMAIN_ID, discovery limited to localhost, logs in a temporary folder.
 Waits are on matched endpoints and received messages, never fixed sleeps.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -25,6 +24,7 @@ import pytest
 rclpy = pytest.importorskip("rclpy", reason="ROS 2 Jazzy rclpy wheels: pip install 'ros-jazzy-rclpy[fastrtps]'")
 
 from mnemo_mpc.planning.robot import RobotModel  # noqa: E402
+from mnemo_mpc.ros.sim_launch import claim_domain_id  # noqa: E402
 
 STARTUP_S = 90.0  # a clean machine compiles the NLP on first use (cached on disk afterwards)
 
@@ -32,7 +32,7 @@ STARTUP_S = 90.0  # a clean machine compiles the NLP on first use (cached on dis
 @pytest.fixture
 def ros_env(tmp_path, monkeypatch):
     env = {
-        "ROS_DOMAIN_ID": str(random.randint(1, 200)),
+        "ROS_DOMAIN_ID": str(claim_domain_id()),
         "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
         "ROS_LOG_DIR": str(tmp_path / "ros_log"),
     }

@@ -1,7 +1,7 @@
 """Closed loop over DDS: the simulator node (PyBullet) and the planner node as separate processes under real rclpy
 (ROS 2 Jazzy wheels, Fast DDS), on simulated time (/clock), must drive a generated world's robot to its goal.
 
-Isolated from other DDS traffic: a random ROS_DOMAIN_ID, discovery limited to localhost, logs in a temporary folder.
+Isolated from other DDS traffic: a claimed ROS_DOMAIN_ID, discovery limited to localhost, logs in a temporary folder.
 The simulator node exits 0 at the goal (`exit_on_goal`) and 1 at its simulated time limit, and writes a summary.
 """
 

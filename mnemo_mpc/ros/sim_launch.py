@@ -1,5 +1,5 @@
 """The simulated stack without `ros2 launch`: the simulator node and the planner node as two processes on simulated
-time, isolated from other DDS traffic (a random `ROS_DOMAIN_ID`, localhost discovery, logs in the run folder).
+time, isolated from other DDS traffic (a claimed `ROS_DOMAIN_ID`, localhost discovery, logs in the run folder).
 
 What `nav.launch.py use_sim:=true` starts, for the closed-loop test and `mnemo-mpc dds-loop` where `launch` is not
 installed. No rclpy import here: the nodes run as `python -m mnemo_mpc.ros.sim_node` / `mnemo_mpc.ros.node`.
@@ -7,13 +7,16 @@ installed. No rclpy import here: the nodes run as `python -m mnemo_mpc.ros.sim_n
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,10 +36,40 @@ class ClosedLoopRun:
     client_log: str = ""
 
 
+# Linux's safe ROS_DOMAIN_ID range is 0..101 (higher ids can clash with ephemeral ports); 0 is everyone's default.
+DOMAIN_IDS = range(1, 102)
+# Claims a process holds at once: the oldest is released first, long after its run ended (a test, an episode).
+MAX_HELD_CLAIMS = 24
+_held_claims: deque[Any] = deque()
+
+
+def claim_domain_id() -> int:
+    """A ROS_DOMAIN_ID no other process on this machine holds: an exclusive lock on a file per id in the temporary
+    folder, held by this process (the last MAX_HELD_CLAIMS claims). A random id alone collided: two pytest workers
+    whose `random` state had been seeded alike (an experiment seeds it) joined one domain and drove each other's robots.
+    """
+    folder = Path(tempfile.gettempdir()) / "mnemo_mpc_ros_domains"
+    folder.mkdir(exist_ok=True)
+    ids = list(DOMAIN_IDS)
+    random.SystemRandom().shuffle(ids)  # independent of the seeded global state
+    for domain in ids:
+        handle = open(folder / f"{domain}.lock", "a")  # noqa: SIM115 -- held open: the lock lives with it
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            continue
+        _held_claims.append(handle)
+        while len(_held_claims) > MAX_HELD_CLAIMS:
+            _held_claims.popleft().close()
+        return domain
+    raise RuntimeError(f"every ROS_DOMAIN_ID in {DOMAIN_IDS.start}..{DOMAIN_IDS.stop - 1} is claimed under {folder}")
+
+
 def isolated_env(log_dir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
     env.update(
-        ROS_DOMAIN_ID=str(random.randint(1, 200)),
+        ROS_DOMAIN_ID=str(claim_domain_id()),
         ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
         ROS_LOG_DIR=str(log_dir),
         OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
