@@ -26,6 +26,7 @@ rclpy = pytest.importorskip("rclpy", reason="ROS 2 Jazzy rclpy wheels: pip insta
 from mnemo_mpc.planning.robot import RobotModel  # noqa: E402
 from mnemo_mpc.ros.sim_launch import claim_domain_id  # noqa: E402
 
+MARKERS_MAX_HZ = 11.0  # the node's MARKER_RATE_HZ (10) and a tolerance
 STARTUP_S = 90.0  # a clean machine compiles the NLP on first use (cached on disk afterwards)
 
 
@@ -219,6 +220,13 @@ def test_goal_reached_at_50_hz_with_an_integer_rate_and_the_learned_warm_start(r
     # `control_rate_hz:=50` is an integer parameter: it used to crash the node.
     live = LiveNode(ros_env, tmp_path, args=["-p", "control_rate_hz:=50", "-p", "warm_start:=hybrid"])
     try:
+        from visualization_msgs.msg import MarkerArray
+    except ImportError:  # optional: the node says so in its log
+        MarkerArray = None
+    drawn = []  # the planner's markers (footprint, discs, plan) for RViz
+    if MarkerArray is not None:
+        live.node.create_subscription(MarkerArray, "/mnemo_mpc_nav/markers", drawn.append, 10)
+    try:
         live.wait_ready()
         goal_pub = live.goal_publisher(latched=False)  # what `ros2 topic pub` and RViz give: used to be refused
         assert live.spin(10.0, until=lambda: goal_pub.get_subscription_count() > 0)
@@ -240,6 +248,11 @@ def test_goal_reached_at_50_hz_with_an_integer_rate_and_the_learned_warm_start(r
         assert {"tick_ms_p50", "sqp_iterations_mean", "warm_start_sources", "last_rejection"} <= set(values)
         figures["node_tick_ms_p50"] = float(values["tick_ms_p50"])
         report("live_50hz", figures)
+        if MarkerArray is not None:
+            shown = {m.ns for a in drawn for m in a.markers if m.action == m.ADD}
+            assert {"footprint", "discs", "horizon", "horizon_footprints"} <= shown, shown
+            assert {m.header.frame_id for a in drawn for m in a.markers} == {"odom"}
+            assert len(drawn) < MARKERS_MAX_HZ * (t1 - t0 + 1.5)  # throttled, not one per 50 Hz tick
         assert figures["rate_hz"] > 25.0  # the timer runs near its 50 Hz (a loose floor: the machine is shared)
     finally:
         rc = live.stop(signal.SIGINT)

@@ -3,8 +3,9 @@
 The planner's ROS side is `PlannerInterface`, shared with the lifecycle node (`ros2 run mnemo_mpc controller_server`,
 `lifecycle_node.py`); this node is configured and running from the start. A thin adapter: parameters come from
 `NavParams` (declared with their descriptions), callbacks and the control timer delegate to `NavAdapter`;
-/diagnostics reports its state; with `moving_prediction: track` the tracked obstacles are drawn on `~/tracks`
-(visualization_msgs/MarkerArray, when that package is installed); the library's log records (`mnemo_mpc.*`) go to the
+/diagnostics reports its state; the footprint, covering discs and plan are drawn on `~/markers`, and with
+`moving_prediction: track` the tracked obstacles on `~/tracks` (visualization_msgs/MarkerArray, when that package is
+installed); the library's log records (`mnemo_mpc.*`) go to the
 node's ROS logger. Bad parameters end the process with one line on stderr and exit status 2; SIGINT and SIGTERM end it
 with status 0.
 """
@@ -37,6 +38,7 @@ from mnemo_mpc.ros import follow_path
 from mnemo_mpc.ros.adapter import NavAdapter
 from mnemo_mpc.ros.convert import MessageTypes
 from mnemo_mpc.ros.follow_path import Outcome, PathFollowing
+from mnemo_mpc.ros.markers import MARKERS_TOPIC, planner_markers
 from mnemo_mpc.ros.ros_logging import forward_library_logs
 from mnemo_mpc.ros.tracks import MarkerTypes, track_markers
 
@@ -150,15 +152,22 @@ class PlannerInterface:
         self.plan_pub = self.create_publisher(Path, p.local_plan_topic, 1)
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 1)
         self._publishers_made = [self.cmd_pub, self.plan_pub, self.diag_pub]
-        self.marker_types, self.marker_pub, self._markers_shown, self._markers_s = None, None, False, -math.inf
-        if self.adapter.controller.config.tracking is not None:
-            self.marker_types = marker_types()
-            if self.marker_types is None:
-                self.get_logger().info(
-                    "visualization_msgs is not installed: tracks on /diagnostics only, no markers on "
-                    f"{TRACKS_TOPIC} (install ros-jazzy-visualization-msgs for them)"
-                )
-            else:
+        self.marker_types, self.marker_pub, self._markers_shown, self._markers_s = (
+            marker_types(),
+            None,
+            False,
+            -math.inf,
+        )
+        self.planner_marker_pub, self._planner_markers_s = None, -math.inf
+        if self.marker_types is None:
+            self.get_logger().info(
+                "visualization_msgs is not installed: no markers on "
+                f"{MARKERS_TOPIC} or {TRACKS_TOPIC} (install ros-jazzy-visualization-msgs for them)"
+            )
+        else:
+            self.planner_marker_pub = self.create_publisher(self.marker_types.MarkerArray, MARKERS_TOPIC, 1)
+            self._publishers_made.append(self.planner_marker_pub)
+            if self.adapter.controller.config.tracking is not None:
                 self.marker_pub = self.create_publisher(self.marker_types.MarkerArray, TRACKS_TOPIC, 1)
                 self._publishers_made.append(self.marker_pub)
         self._timers_made: list[Any] = []
@@ -313,6 +322,8 @@ class PlannerInterface:
             self.plan_pub.publish(result.local_plan)
         if self.marker_pub is not None:
             self._publish_markers(now)
+        if self.planner_marker_pub is not None:
+            self._publish_planner_markers(result, now)
         change = self.adapter.status_change(result)
         if change is not None:  # a normal status (planned, rotating_to_path...) at DEBUG; see adapter.STATUS_LEVELS
             level, text = change
@@ -331,6 +342,27 @@ class PlannerInterface:
         msg = track_markers(self.marker_types, tracks, self.adapter.stats.predicted, now_s, self.params.frame_id)
         self.marker_pub.publish(msg)
         self._markers_shown, self._markers_s = bool(tracks), now_s
+
+    def _publish_planner_markers(self, result, now_s: float) -> None:
+        """The footprint, discs and the tick's plan (`markers.planner_markers`) at most `MARKER_RATE_HZ`, built only
+        for a listener; a tick without a plan draws the robot alone (the array's DELETEALL clears the old plan)."""
+        if self.planner_marker_pub.get_subscription_count() == 0:
+            return
+        if 0.0 <= now_s - self._planner_markers_s < 1.0 / MARKER_RATE_HZ - 1e-3:
+            return
+        state = self.adapter.state
+        out = result.output
+        plan = out.plan.states if out is not None and out.plan is not None and out.plan.success else None
+        msg = planner_markers(
+            self.marker_types,
+            None if state is None else state[0],
+            plan,
+            self.adapter.controller.robot,
+            now_s,
+            self.params.frame_id,
+        )
+        self.planner_marker_pub.publish(msg)
+        self._planner_markers_s = now_s
 
     def _publish_diagnostics(self) -> None:
         level, message, values = self.adapter.diagnostics()
