@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from mnemo_mpc.nav import recovery
-from mnemo_mpc.nav.maneuver import HEADINGS, MOVES, Maneuver, plan_maneuver
+from mnemo_mpc.nav.maneuver import HEADINGS, MOVES, TURN_SLACK_M, Maneuver, plan_maneuver
 from mnemo_mpc.nav.recovery import pose_margins as _pose_margins
 from mnemo_mpc.planning.esdf import DistanceField
 from mnemo_mpc.planning.grid import OccupancyGrid
@@ -104,6 +104,30 @@ def test_executor_drives_the_plan_into_the_lane_above_its_floor(setup):
         assert _pose_margins(mpc, field, pose) >= floor - 0.005, f"too close at {pose}"
     assert man.reason == "done"
     assert pose[0] > 2.3 and abs(pose[1] - np.mean(LANE_Y)) < 0.04 and abs(pose[2]) < 0.05
+
+
+def test_a_manoeuvre_turn_inside_the_margin_gets_no_closer_than_it_starts(setup):
+    """A robot already inside the plan's margin less 2 cm (the wedged one: 1.6 cm) turning its front corner towards
+    the lane's mouth: the straights' floor would let the turn take it to 1 mm, the turn stops within TURN_SLACK_M of
+    where it began (a manoeuvre's turn touched a block on the drifting Jackal, dense-1027)."""
+    profile, _grid, field, mpc = setup
+    margin = 0.04
+    start = float(_pose_margins(mpc, field, WEDGED, exact=True))
+    floor = Maneuver.floor(mpc, field, WEDGED, margin)
+    assert floor < start - TURN_SLACK_M < margin - 0.02  # the case: the old floor allows what the turn floor does not
+    turn = np.array([[WEDGED[0], WEDGED[1], WEDGED[2] - 0.16, 0.0]])  # clockwise, its corner to ~5 mm of the mouth
+    yaws = WEDGED[2] - np.linspace(0.0, 0.16, 17)
+    sweep = _pose_margins(mpc, field, np.column_stack([np.full((17, 2), WEDGED[:2]), yaws]), exact=True)
+    assert floor <= sweep.min() < start - TURN_SLACK_M  # allowed at the floor the straights keep
+    man = Maneuver(turn, floor, 0.0, 30.0, margin=margin)
+    pose, dt = WEDGED.copy(), profile.mpc.dt
+    for k in range(200):
+        cmd = man.target(mpc, field, pose, np.zeros(2), k * dt)
+        if cmd is None:
+            break
+        pose = profile.robot.step(pose, cmd, dt)
+        assert _pose_margins(mpc, field, pose, exact=True) >= start - TURN_SLACK_M - 1e-9, f"too close at {pose}"
+    assert "turn 1/1 blocked" in man.reason
 
 
 def test_executor_stops_when_the_way_is_blocked(setup):

@@ -1095,7 +1095,7 @@ class Controller:
         if waypoints is None:
             return None
         floor = Maneuver.floor(mpc, field_, pose, margin)
-        return Maneuver(waypoints, floor, now, self.config.recovery_time_allowance_s)
+        return Maneuver(waypoints, floor, now, self.config.recovery_time_allowance_s, margin=margin)
 
     def _recovery_output(
         self, target: np.ndarray, velocity: np.ndarray, status: str, field_: DistanceField, t0: float
