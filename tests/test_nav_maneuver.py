@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from mnemo_mpc.nav import recovery
-from mnemo_mpc.nav.maneuver import HEADINGS, MOVES, Maneuver, plan_maneuver
+from mnemo_mpc.nav.maneuver import HEADINGS, MOVES, TURN_SLACK_M, Maneuver, plan_maneuver
 from mnemo_mpc.nav.recovery import pose_margins as _pose_margins
 from mnemo_mpc.planning.esdf import DistanceField
 from mnemo_mpc.planning.grid import OccupancyGrid
@@ -104,6 +104,30 @@ def test_executor_drives_the_plan_into_the_lane_above_its_floor(setup):
         assert _pose_margins(mpc, field, pose) >= floor - 0.005, f"too close at {pose}"
     assert man.reason == "done"
     assert pose[0] > 2.3 and abs(pose[1] - np.mean(LANE_Y)) < 0.04 and abs(pose[2]) < 0.05
+
+
+def test_a_manoeuvre_turn_inside_the_margin_gets_no_closer_than_it_starts(setup):
+    """A robot already inside the plan's margin less 2 cm (the wedged one: 1.6 cm) turning its front corner towards
+    the lane's mouth: the straights' floor would let the turn take it to 1 mm, the turn stops within TURN_SLACK_M of
+    where it began (a manoeuvre's turn touched a block on the drifting Jackal, dense-1027)."""
+    profile, _grid, field, mpc = setup
+    margin = 0.04
+    start = float(_pose_margins(mpc, field, WEDGED, exact=True))
+    floor = Maneuver.floor(mpc, field, WEDGED, margin)
+    assert floor < start - TURN_SLACK_M < margin - 0.02  # the case: the old floor allows what the turn floor does not
+    turn = np.array([[WEDGED[0], WEDGED[1], WEDGED[2] - 0.16, 0.0]])  # clockwise, its corner to ~5 mm of the mouth
+    yaws = WEDGED[2] - np.linspace(0.0, 0.16, 17)
+    sweep = _pose_margins(mpc, field, np.column_stack([np.full((17, 2), WEDGED[:2]), yaws]), exact=True)
+    assert floor <= sweep.min() < start - TURN_SLACK_M  # allowed at the floor the straights keep
+    man = Maneuver(turn, floor, 0.0, 30.0, margin=margin)
+    pose, dt = WEDGED.copy(), profile.mpc.dt
+    for k in range(200):
+        cmd = man.target(mpc, field, pose, np.zeros(2), k * dt)
+        if cmd is None:
+            break
+        pose = profile.robot.step(pose, cmd, dt)
+        assert _pose_margins(mpc, field, pose, exact=True) >= start - TURN_SLACK_M - 1e-9, f"too close at {pose}"
+    assert "turn 1/1 blocked" in man.reason
 
 
 def test_executor_stops_when_the_way_is_blocked(setup):
@@ -201,3 +225,40 @@ def test_recovery_sweeps_check_the_obstacle_cells_not_the_interpolated_field(set
                     assert not recovery.rotation_free(mpc, field, pose, 0.5)
                     cut_into = cut_into or cells < 0.0 <= need
     assert cut > 0 and cut_into  # the field's overestimate does occur at this mouth, into the wall too
+
+
+def _turn_plan(pose: np.ndarray, w: float, dt: float, n: int = 10):
+    from mnemo_mpc.planning.mpc import PlanResult
+
+    controls = np.tile([0.0, w], (n, 1))
+    states = np.column_stack([np.full(n + 1, pose[0]), np.full(n + 1, pose[1]), pose[2] + w * dt * np.arange(n + 1)])
+    return PlanResult(states, controls, 1, 0.0, "converged", True, 0.0, 0.0, 0.0, "shift", dt=dt)
+
+
+def test_a_converged_turn_in_place_that_cuts_a_cell_corner_is_not_sent(setup):
+    """The solver keeps its margin on the spline field, which overestimates towards a corner: a converged plan turning
+    in place past the lane's mouth that the interpolated field lets through but the cells do not is refused (a stop,
+    flagged), as a recovery's turn would be; the same plan where the cells allow it is sent."""
+    profile, _grid, field, _mpc = setup
+    controller = profile.controller()
+    mpc = controller.mpc(field.shape)
+    dt = profile.mpc.dt
+    cut = sent = None
+    for x in np.arange(1.60, 1.95, 0.01):
+        for y in np.arange(1.30, 1.75, 0.01):
+            for yaw in (-0.6, -0.3, 0.0, 0.3):
+                pose = np.array([x, y, yaw])
+                plan = _turn_plan(pose, 0.5, dt)
+                first = plan.states[:8]  # the 0.3 s checked
+                need = recovery.required_margin(mpc, field, pose, 0.01)
+                on_field = float(np.min(_pose_margins(mpc, field, first)))
+                on_cells = float(np.min(_pose_margins(mpc, field, first, exact=True)))
+                if cut is None and on_field >= need > on_cells + 0.002:
+                    cut = pose
+                if sent is None and on_cells >= need + 0.002 and on_cells < 0.05:
+                    sent = pose
+    assert cut is not None and sent is not None
+    command, status, flags = controller._command(_turn_plan(cut, 0.5, dt), field, cut, np.zeros(2), 0.01)
+    assert status == "fallback_stop" and "creep_cuts_cells" in flags and np.allclose(command, 0.0)
+    command, status, flags = controller._command(_turn_plan(sent, 0.5, dt), field, sent, np.zeros(2), 0.01)
+    assert status == "planned" and command[1] > 0

@@ -658,7 +658,10 @@ class Controller:
         rti = self.config.sqp_mode == "rti"
         flags: list[str] = ["moving_obstacle"] if self._moving_in_view() else []
         self._rti_iterate = None
-        if plan is not None and plan.success:
+        if plan is not None and plan.success and not self._creep_clear_of_cells(field_, plan, margin):
+            flags.append("creep_cuts_cells")
+            command, status = self.stop_command(velocity), "fallback_stop"
+        elif plan is not None and plan.success:
             command = plan.controls[0].copy()
             status = "planned"
             self._last_plan, self._plan_age = plan, 0
@@ -952,6 +955,23 @@ class Controller:
             mpc, field_, pose, margin
         )
 
+    def _creep_clear_of_cells(self, field_: DistanceField, plan: PlanResult, margin: float | None) -> bool:
+        """Whether a converged plan that turns in place or creeps (under CREEP_SPEED over its first CREEP_CHECK_S)
+        keeps, over that time, the margin a recovery's turn keeps on the obstacle cells themselves
+        (`recovery.required_margin`, `DistanceField.exact_distance`). The solver keeps its margin on the spline field,
+        which overestimates towards a corner by up to 0.2 cell: the drifting Jackal's own slow turns in the dense lanes
+        ended at 0-1.9 mm on the truth (dense-1027, 1034, 1097, `planned` at 0.02-0.7 rad/s). Faster plans pass."""
+        dt = self.mpc_config.dt
+        k = min(max(int(math.ceil(CREEP_CHECK_S / dt)), 1), plan.controls.shape[0])
+        if float(np.max(np.abs(plan.controls[:k, 0]))) >= CREEP_SPEED:
+            return True
+        mpc = self.mpc(field_.shape)
+        knots = np.asarray(plan.states[: k + 1], dtype=float)
+        f = np.linspace(0.0, 1.0, 5)[:-1, None]  # four poses a step: a step turns at most w_max dt
+        poses = (knots[:-1, None, :] + f[None] * (knots[1:, None, :] - knots[:-1, None, :])).reshape(-1, 3)
+        poses = np.concatenate([poses, knots[-1:]])
+        return recovery.footprint_margin(mpc, field_, poses) >= recovery.required_margin(mpc, field_, knots[0], margin)
+
     def _clear_of_predicted(self, mpc: SQPMPC, states: np.ndarray, margin: float | None) -> bool:
         """Every knot of `states` (from knot 1, as far as the prediction goes) keeps the predicted obstacles at
         R + R_j(t_k) + margin, as a solve demands: a previous plan made before an obstacle came must not drive into
@@ -1103,7 +1123,7 @@ class Controller:
         if waypoints is None:
             return None
         floor = Maneuver.floor(mpc, field_, pose, margin)
-        return Maneuver(waypoints, floor, now, self.config.recovery_time_allowance_s)
+        return Maneuver(waypoints, floor, now, self.config.recovery_time_allowance_s, margin=margin)
 
     def _recovery_output(
         self, target: np.ndarray, velocity: np.ndarray, status: str, field_: DistanceField, t0: float
@@ -1118,6 +1138,9 @@ class Controller:
 # a Jackal whose MPC rests in a local minimum at a passage mouth crept 1-2 cm/s for up to 9 s, never below a
 # velocity threshold, and waited out the progress checker (dense-1062, realistic).
 STILL_M, STILL_RAD = 0.05, 0.2
+# A converged plan slower than CREEP_SPEED over its first CREEP_CHECK_S (the drive's latency and lags, and a little) is
+# checked on the obstacle cells as the recoveries' turns are (`Controller._creep_clear_of_cells`).
+CREEP_SPEED, CREEP_CHECK_S = 0.05, 0.3
 
 
 def _stands(pose: np.ndarray, since: np.ndarray) -> bool:

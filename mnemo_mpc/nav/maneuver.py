@@ -39,6 +39,15 @@ MOVES = np.array(
 )
 HEADINGS = np.arctan2(MOVES[:, 1], MOVES[:, 0])
 
+# The executor drives the plan within a few centimetres of its lattice states: its straights keep the plan's margin
+# less this (`Maneuver.floor`).
+TRACKING_SLACK_M = 0.02
+# ... but a turn in place moves no point of the body off its plan, only the corners round: one that starts inside the
+# plan's margin less TRACKING_SLACK_M gets no closer than it stood, less this (the joins' own allowance, `_joins`).
+# With the straights' allowance instead (1.5 cm below the start), a manoeuvre's turn touched a block at 0.2 mm depth
+# on the drifting Jackal (dense-1027), where the grid's error near walls reached -2.8 cm (docs/realism.md).
+TURN_SLACK_M = 0.005
+
 
 @dataclass(frozen=True)
 class ManeuverConfig:
@@ -245,7 +254,7 @@ def _joins(
     0.05 rad with the lesser of `margin` and the margin the robot has now (less 5 mm)."""
     free = _FreeCheck(mpc, field_, margin)
     now = float(recovery.pose_margins(mpc, field_, np.asarray(pose, dtype=float)))
-    relaxed = max(min(margin, now - 0.005), 0.0)
+    relaxed = max(min(margin, now - TURN_SLACK_M), 0.0)
     yaw0 = float(pose[2])
     u = np.array([math.cos(yaw0), math.sin(yaw0)])
     turn_speed = min(cfg.turn_speed, mpc.robot.w_max)
@@ -308,7 +317,9 @@ def _path_ahead(
 class Maneuver:
     """Drives a `plan_maneuver` plan: turn in place to each segment's heading, then drive to its end with a heading
     correction towards it; over (None, with `reason`) at the plan's end, when out of time, or when the next motion
-    would bring the footprint closer to an obstacle than `floor` (`Maneuver.floor`)."""
+    would bring the footprint closer to an obstacle than `floor` (`Maneuver.floor`) -- or, for a turn given the plan's
+    `margin`, closer than the lesser of that margin less TRACKING_SLACK_M and the clearance the turn started at less
+    TURN_SLACK_M (`turn_floor`)."""
 
     name = STATUS
 
@@ -319,9 +330,13 @@ class Maneuver:
         now_s: float,
         time_allowance_s: float,
         config: ManeuverConfig | None = None,
+        margin: float | None = None,
     ) -> None:
         self.waypoints = np.asarray(waypoints, dtype=float)
         self.floor = float(floor)
+        # Turns: None keeps them at `floor`; else at most this, and no closer than they start (`turn_floor`)
+        self.turn_cap = None if margin is None else float(margin) - TRACKING_SLACK_M
+        self._turn_state: tuple[tuple[int, bool], float] | None = None  # (which turn, its floor) once it has started
         self.started_s = float(now_s)
         self.time_allowance_s = float(time_allowance_s)
         self.config = config or ManeuverConfig()
@@ -369,27 +384,43 @@ class Maneuver:
             return np.array([direction * v, w])
         return self._over("done")
 
+    def turn_floor(self, mpc: SQPMPC, field_: DistanceField, pose: np.ndarray) -> float:
+        """The least clearance the turn under way keeps: `floor`, or with the plan's margin known, the lesser of that
+        margin less TRACKING_SLACK_M and the exact clearance where this turn began less TURN_SLACK_M (never below
+        `floor`). Fixed when the turn begins, so that its steps cannot each give up another TURN_SLACK_M."""
+        if self.turn_cap is None:
+            return self.floor
+        key = (self.index, bool(self.waypoints[self.index, 3] == 0))
+        if self._turn_state is None or self._turn_state[0] != key:
+            start = float(recovery.pose_margins(mpc, field_, np.asarray(pose, dtype=float), exact=True))
+            self._turn_state = key, max(self.floor, min(self.turn_cap, start - TURN_SLACK_M))
+        return self._turn_state[1]
+
     def _turn(self, mpc: SQPMPC, field_: DistanceField, pose: np.ndarray, err: float) -> np.ndarray | None:
         robot = mpc.robot
         sweep = float(np.clip(err, -0.3, 0.3))
         yaws = float(pose[2]) + np.linspace(0.0, sweep, max(int(math.ceil(abs(sweep) / 0.05)), 1) + 1)
         poses = np.column_stack([np.full_like(yaws, pose[0]), np.full_like(yaws, pose[1]), yaws])
-        if not self._free(mpc, field_, pose, poses):
+        if not self._free(mpc, field_, pose, poses, self.turn_floor(mpc, field_, pose)):
             return self._over(f"turn {self.index + 1}/{len(self.waypoints)} blocked")
         w = min(self.config.turn_speed, robot.w_max, math.sqrt(2.0 * robot.alpha_max * abs(err)), 2.0 * abs(err))
         return np.array([0.0, math.copysign(w, err)])
 
     @staticmethod
     def floor(mpc: SQPMPC, field_: DistanceField, pose: np.ndarray, margin: float) -> float:
-        """The least footprint clearance a plan at `margin` from `pose` is driven with: `margin` less 2 cm (the robot
-        drives the plan within a few centimetres of its lattice states), or for a robot already closer than the plan
-        lets it join at (`plan_maneuver`), 1 cm less than that; never below 0."""
+        """The least footprint clearance a plan at `margin` from `pose` is driven with: `margin` less
+        TRACKING_SLACK_M (the robot drives the plan within a few centimetres of its lattice states), or for a robot
+        already closer than the plan lets it join at (`plan_maneuver`), 1 cm less than that; never below 0. Turns
+        keep more when the executor is given the margin (`turn_floor`)."""
         now = float(recovery.pose_margins(mpc, field_, np.asarray(pose, dtype=float), exact=True))
-        return max(min(margin - 0.02, now - 0.015), 0.0)
+        return max(min(margin - TRACKING_SLACK_M, now - 0.015), 0.0)
 
-    def _free(self, mpc: SQPMPC, field_: DistanceField, pose: np.ndarray, poses: np.ndarray) -> bool:
-        """Every pose's exact margin (`recovery.pose_margins`) at least the floor."""
-        return bool(np.min(recovery.pose_margins(mpc, field_, poses, exact=True)) >= self.floor)
+    def _free(
+        self, mpc: SQPMPC, field_: DistanceField, pose: np.ndarray, poses: np.ndarray, floor: float | None = None
+    ) -> bool:
+        """Every pose's exact margin (`recovery.pose_margins`) at least `floor` (the straights' `self.floor`)."""
+        least = self.floor if floor is None else floor
+        return bool(np.min(recovery.pose_margins(mpc, field_, poses, exact=True)) >= least)
 
     def _over(self, reason: str) -> None:
         self.reason = reason
