@@ -338,6 +338,7 @@ SLOW_IN_PROCESS: dict[str, list[str]] = {
     "test_memory_features": ["test_kernel_estimate_is_unbiased", "test_orthogonal_rows_are_marginally_gaussian"],
     "test_nav_actuation": ["test_node_limiter_allows_the_lag_inverse"],
     "test_nav_controller": [
+        "test_a_turn_that_would_hit_a_wall_stops_and_says_so",
         "test_rti_checks_its_iterate_over_the_horizon_as_a_converged_plan_is",
         "test_rti_runs_one_iteration_a_tick_and_continues_from_its_iterate",
     ],

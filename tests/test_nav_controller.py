@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from mnemo_mpc.errors import InputError
 from mnemo_mpc.nav.controller import Controller, ControllerConfig, choose_start
 from mnemo_mpc.planning.esdf import DistanceField
+from mnemo_mpc.planning.footprint import Footprint
 from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.planning.mpc import MPCConfig, WarmStart
 from mnemo_mpc.planning.robot import RobotModel
@@ -368,3 +370,46 @@ def test_rti_runs_one_iteration_a_tick_and_continues_from_its_iterate():
     assert iterates > 0
     with pytest.raises(InputError, match="sqp_mode"):
         ControllerConfig(sqp_mode="two")
+
+
+def drive(c: Controller, grid: OccupancyGrid, pose, goal, steps: int = 120):
+    """Kinematic closed loop (the command is the velocity over dt): the statuses and the final pose."""
+    pose, vel, dt, statuses = np.asarray(pose, float), np.zeros(2), c.mpc_config.dt, []
+    for _ in range(steps):
+        out = c.step(grid, pose, vel, goal)
+        assert in_limits(c, out.command, vel), (out.status, out.command, vel)
+        statuses.append(out.status)
+        vel = out.command
+        pose = pose + dt * np.array([vel[0] * np.cos(pose[2]), vel[0] * np.sin(pose[2]), vel[1]])
+        if out.status == "goal_reached" and not np.any(vel):
+            break
+    return statuses, pose
+
+
+def test_at_the_position_the_robot_turns_in_place_to_the_goals_yaw():
+    c = Controller(RobotModel(), MPCConfig(fallback=None), ControllerConfig(yaw_goal_tolerance=0.1))
+    goal = np.array([1.5, 1.5, 2.0])
+    statuses, pose = drive(c, room(obstacle=False), [1.5, 1.45, 0.0], goal)
+    assert statuses[0] == "aligning_to_goal" and statuses[-1] == "goal_reached", statuses
+    assert abs(np.angle(np.exp(1j * (goal[2] - pose[2])))) <= 0.1
+    assert np.hypot(*(pose[:2] - [1.5, 1.45])) < 1e-9  # in place: v stayed 0
+    assert c.last_goal_check.reached and c.last_goal_check.xy_error_m < 0.06
+
+
+def test_without_a_yaw_tolerance_the_heading_is_reported_not_required():
+    c = Controller(RobotModel(), MPCConfig(fallback=None))  # yaw_goal_tolerance pi: Nav2 users set 0.25
+    out = c.step(room(obstacle=False), [1.5, 1.45, 0.0], [0.0, 0.0], [1.5, 1.5, 2.0])
+    assert out.status == "goal_reached" and not np.any(out.command)
+    assert out.goal_check.yaw_error_rad == pytest.approx(2.0)
+
+
+def test_a_turn_that_would_hit_a_wall_stops_and_says_so():
+    # A long thin body beside a wall: turning by 90 degrees swings its front into the wall.
+    robot = RobotModel.from_footprint(Footprint(((0.5, 0.12), (0.5, -0.12), (-0.5, -0.12), (-0.5, 0.12))))
+    c = Controller(robot, MPCConfig(fallback=None), ControllerConfig(yaw_goal_tolerance=0.1))
+    data = np.zeros(SHAPE, np.int8)
+    data[:, 38:] = 100  # a wall 0.4 m to the robot's left at x = 1.9 m
+    grid = OccupancyGrid(data, RES)
+    pose = [1.5, 1.5, math.pi / 2]  # pointing along the wall
+    out = c.step(grid, pose, [0.0, 0.0], [1.5, 1.5, 0.0])
+    assert out.status == "goal_yaw_blocked" and "rotation_blocked" in out.flags and not np.any(out.command)

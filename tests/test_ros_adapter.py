@@ -336,7 +336,12 @@ def test_a_normal_status_is_not_logged_as_a_warning():
     adapter = SimpleNamespace(tick=lambda now: next(results), _reported_status=("idle", ""))
     adapter.status_change = lambda result: NavAdapter.status_change(adapter, result)
     fake = SimpleNamespace(
-        adapter=adapter, get_logger=lambda: logger, _now=lambda: 0.0, marker_pub=None, _following=None
+        adapter=adapter,
+        get_logger=lambda: logger,
+        _now=lambda: 0.0,
+        marker_pub=None,
+        planner_marker_pub=None,
+        _following=None,
     )
     fake._publish_tick = lambda result, now: node.NavNode._publish_tick(fake, result, now)
     for _ in sequence:

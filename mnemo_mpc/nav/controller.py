@@ -52,6 +52,7 @@ from mnemo_mpc.errors import InfeasibleProblemError, InputError, StartInCollisio
 from mnemo_mpc.nav import recovery, rotation_shim
 from mnemo_mpc.nav.actuation import ActuationModel, CommandHistory
 from mnemo_mpc.nav.clearing import clear_robot_cells
+from mnemo_mpc.nav.goal_checker import ALIGN, REACHED, GoalCheck, GoalChecker, align_in_place
 from mnemo_mpc.nav.maneuver import Maneuver, plan_maneuver
 from mnemo_mpc.nav.modes import MODES, SQP_MODES
 from mnemo_mpc.nav.moving_obstacles import MovingObstacleConfig, MovingObstacles, stopping_reach
@@ -242,7 +243,8 @@ class ControlOutput:
     command: np.ndarray  # (v, w), finite, within limits
     # "planned" | "goal_reached" | "rotating_to_path" (the rotation shim) | "fallback_previous_plan" | "fallback_stop" |
     # "recovery_maneuver" | "recovery_rotate" | "recovery_back_off" | "recovery_replan" | "failed" (no progress after
-    # max_recoveries; stops until a new goal)
+    # max_recoveries; stops until a new goal) | "aligning_to_goal" (at the position, turning in place to the goal's
+    # yaw) | "goal_yaw_blocked" (that turn would not keep the footprint's margin: stopped)
     status: str
     plan: PlanResult | None
     flags: tuple[str, ...] = ()
@@ -257,6 +259,7 @@ class ControlOutput:
     start_state: np.ndarray | None = None
     tracks: tuple[Track, ...] = ()  # the confirmed tracks of this step's grid (ControllerConfig.tracking)
     predicted: PredictedObstacles | None = None  # those the MPC was constrained against, over its horizon
+    goal_check: GoalCheck | None = None  # the goal checker's phase and both errors at the start state
 
 
 def _vector(value: object, size: int, name: str) -> np.ndarray:
@@ -282,6 +285,9 @@ class Controller:
         self.robot = robot or RobotModel()
         self.config = config or ControllerConfig()
         self.mpc_config = mpc_config or MPCConfig()
+        # Nav2's SimpleGoalChecker, stateful: once at the position, the heading is turned to in place
+        self.goal_checker = GoalChecker(self.config.goal_tolerance_m, self.config.yaw_goal_tolerance, stateful=True)
+        self.last_goal_check: GoalCheck | None = None  # the last step's (for the node's diagnostics)
         self._tracker: Tracker | None = None
         if self.config.tracking is not None:
             self._tracker = Tracker(self.config.tracking.tracker)
@@ -504,10 +510,15 @@ class Controller:
             lead = self._lead_s + self._sensed_s - self._tracked_s  # the tracks' time to the start state
             self._predicted = predicted_obstacles(self._tracks, pose, self.robot, n, dt, lead, self.config.tracking)
 
-        if float(np.hypot(*(goal[:2] - pose[:2]))) <= self.config.goal_tolerance_m:
+        check = self.last_goal_check = self.goal_checker.check(pose, goal)
+        if check.phase == REACHED:
             # Zero command, reached as fast as the acceleration limits allow (exactly zero once at rest).
             self._last_plan, self._behaviour = None, None
-            return ControlOutput(self.stop_command(velocity), "goal_reached", None, time_s=time.perf_counter() - t0)
+            return ControlOutput(
+                self.stop_command(velocity), "goal_reached", None, time_s=time.perf_counter() - t0, goal_check=check
+            )
+        if check.phase == ALIGN and not self._failed:
+            return self._align_to_goal(grid, pose, velocity, check, t0)
         if self._failed:
             return ControlOutput(self.stop_command(velocity), "failed", None, time_s=time.perf_counter() - t0)
 
@@ -557,12 +568,34 @@ class Controller:
             warm_start=warm,
         )
 
+    def _align_to_goal(
+        self, grid: OccupancyGrid, pose: np.ndarray, velocity: np.ndarray, check: GoalCheck, t0: float
+    ) -> ControlOutput:
+        """At the goal's position, off its yaw: the final in-place turn (`goal_checker.align_in_place`, the rotation
+        shim's braking law aimed at the yaw), or a stop when turning would not keep the footprint's margin (a
+        rectangular body beside a wall), status "goal_yaw_blocked", which the node reports and FollowPath aborts on
+        after its failure_tolerance."""
+        self._last_plan, self._behaviour = None, None
+        field_ = DistanceField(grid, self.config.unknown_policy)
+        if not recovery.rotation_free(self.mpc(grid.shape), field_, pose, check.yaw_error_rad):
+            status, command, flags = "goal_yaw_blocked", self.stop_command(velocity), ["rotation_blocked"]
+        else:
+            robot = self.robot
+            turn = align_in_place(
+                check.yaw_error_rad, float(velocity[1]), self.mpc_config.dt, robot.w_max, robot.alpha_max
+            )
+            status, (command, flags) = "aligning_to_goal", self.check_command(turn, velocity)
+        return ControlOutput(
+            command, status, None, tuple(flags), time_s=time.perf_counter() - t0, field=field_, goal_check=check
+        )
+
     def _track_goal(self, goal: np.ndarray, pose: np.ndarray) -> None:
         """A new goal (not this one re-expressed, `same_goal`) starts afresh: recoveries, own path, RTI iterate and
         the prefetched start were all for the old one."""
         self._targets = None
         self._goal_changed = self._goal is None or self._new_goal(goal, pose)
         if self._goal_changed:
+            self.goal_checker.reset()
             self._reset_recovery(goal)
             self._own.clear_path()
             self._rti_iterate = None

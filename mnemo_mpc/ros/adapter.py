@@ -53,6 +53,7 @@ STATUS_LEVELS: dict[str, int] = {
     "planned": 0,
     "goal_reached": 0,
     "rotating_to_path": 0,
+    "aligning_to_goal": 0,  # at the goal's position, turning in place to its yaw (yaw_goal_tolerance)
     "stopping": 0,  # a cancelled goal or a deactivated node ramping the command to zero (`NavAdapter.stop`)
     "stale_input": 1,
     "fallback_previous_plan": 1,
@@ -62,6 +63,7 @@ STATUS_LEVELS: dict[str, int] = {
     "recovery_rotate": 1,
     "recovery_back_off": 1,
     "recovery_replan": 1,
+    "goal_yaw_blocked": 1,  # at the goal's position, but turning to its yaw would not keep the footprint's margin
     # not listed, so ERROR: "failed" (recoveries exhausted), "error" (a tick that raised), the fallback stops
 }
 
@@ -328,7 +330,8 @@ class NavAdapter:
             reason = f"solver: {out.plan.status}" + (f"; {reason}" if reason else "")
         result = self._publish(target, now_s, out.status, out, reason)
         if out.status == "goal_reached" and not np.any(result.command):
-            log.info("goal (%.3f, %.3f) reached", *self._goal[:2])
+            check = self.controller.last_goal_check
+            log.info("goal (%.3f, %.3f) reached (%s)", *self._goal[:2], check.describe() if check else "")
             self._goal = None
         return result
 
@@ -437,6 +440,9 @@ class NavAdapter:
             "rejected_messages": ", ".join(f"{k}={v}" for k, v in sorted(s.rejected.items())) or "0",
             "last_rejection": s.last_rejection,
         }
+        check = self.controller.last_goal_check
+        values["goal_xy_error_m"] = f"{check.xy_error_m:.3f}" if check is not None else "n/a"
+        values["goal_yaw_error_rad"] = f"{check.yaw_error_rad:+.3f}" if check is not None else "n/a"
         tracking = self.controller.config.tracking
         if tracking is not None:  # moving_prediction 'track': the last tick's tracks, in the grid's frame
             values.update(track_values(s.tracks, self.params.frame_id, tracking.slots + EXTRA_LISTED))

@@ -32,7 +32,7 @@ FAILED_TO_MAKE_PROGRESS = 105
 NO_VALID_CONTROL = 106
 
 # Statuses in which the planner publishes a stop rather than its plan: tolerated up to `failure_tolerance_s`.
-STOPPED_STATUSES = ("stale_input", "fallback_stop", "fallback_stop_blocked")
+STOPPED_STATUSES = ("stale_input", "fallback_stop", "fallback_stop_blocked", "goal_yaw_blocked")
 
 
 @dataclass(frozen=True)

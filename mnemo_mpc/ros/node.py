@@ -413,8 +413,8 @@ def run_node(name: str, make_node: Callable[[], Node], argv: list[str] | None = 
     finally:
         if node is not None:
             node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
+        # not `if ok(): shutdown()`: a SIGINT between the two shut the context down first (a lifecycle test's crash)
+        rclpy.try_shutdown()
     return code
 
 
