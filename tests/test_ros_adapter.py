@@ -166,8 +166,11 @@ def test_goal_reached_ramps_to_zero_then_idles(store, types):
 
 def test_bad_messages_are_rejected_at_the_callback_with_a_reason(store, types):
     ad = NavAdapter(NavParams(), types)
-    ad.on_goal(goal_msg(types, (1.0, 0.0, 0.0), frame="map"), 0.0)
-    assert ad.goal is None and "frame_id 'map'" in ad.last_rejection
+    for frame in ("", "/", "m" * 100_000):  # a goal may come in any frame, but in a named one of bounded length
+        ad.on_goal(goal_msg(types, (1.0, 0.0, 0.0), frame=frame), 0.0)
+        assert ad.goal is None and "expected a frame name of 1..256 characters" in ad.last_rejection
+    ad.on_grid(convert.make_grid_msg(types, local_grid(), 0.0, "map"), 0.0)  # sensor data: frame_id only
+    assert "header.frame_id 'map': expected 'odom'" in ad.last_rejection
     for side in (1, 3):  # defect: a 1x1 grid was accepted, then raised out of the control tick
         tiny = OccupancyGrid(np.zeros((side, side), np.int8), 0.05, (0.0, 0.0, 0.0))
         ad.on_grid(convert.make_grid_msg(types, tiny, 0.0, "odom"), 0.0)
@@ -183,7 +186,7 @@ def test_bad_messages_are_rejected_at_the_callback_with_a_reason(store, types):
     ad.on_goal(goal_msg(types, (1.0, 0.0, 0.0)), 0.0)
     res = ad.tick(0.1)
     assert res.status == "stale_input" and res.reason == "no odometry received"
-    assert ad.stats.rejected["grid"] == 4
+    assert ad.stats.rejected["grid"] == 5
 
 
 def test_old_future_and_out_of_order_stamps_do_not_count_as_fresh(store, types):
@@ -349,3 +352,96 @@ def test_a_normal_status_is_not_logged_as_a_warning():
     assert lines["warning"] == ["control status: fallback_previous_plan (solver: x)"]
     assert lines["error"] == lines["info"] == []
     assert lines["debug"].count("control status: rotating_to_path") == 2
+
+
+# --- frames: goal and path in map, /tf and /tf_static (issue 29) ------------------------------------------------------
+def tf_msg(store, parent, child, stamp_s, x, y, yaw):
+    t = store.types
+    sec, nanosec = divmod(int(round(stamp_s * 1e9)), 1_000_000_000)
+    return t["tf2_msgs/msg/TFMessage"](
+        transforms=[
+            t["geometry_msgs/msg/TransformStamped"](
+                header=t["std_msgs/msg/Header"](
+                    stamp=t["builtin_interfaces/msg/Time"](sec=sec, nanosec=nanosec), frame_id=parent
+                ),
+                child_frame_id=child,
+                transform=t["geometry_msgs/msg/Transform"](
+                    translation=t["geometry_msgs/msg/Vector3"](x=x, y=y, z=0.0),
+                    rotation=t["geometry_msgs/msg/Quaternion"](x=0.0, y=0.0, z=np.sin(yaw / 2), w=np.cos(yaw / 2)),
+                ),
+            )
+        ]
+    )
+
+
+def map_to_odom(pose_in_map, x, y, yaw):
+    """A pose in map -> odom, where odom's origin sits at (x, y, yaw) in map."""
+    c, s_ = np.cos(yaw), np.sin(yaw)
+    dx, dy = pose_in_map[0] - x, pose_in_map[1] - y
+    return np.array([c * dx + s_ * dy, -s_ * dx + c * dy, pose_in_map[2] - yaw])
+
+
+def test_a_goal_in_map_waits_for_tf_as_stale_input_then_is_driven_to_in_odom(store, types):
+    ad = NavAdapter(NavParams(), types)
+    ad.on_grid(convert.make_grid_msg(types, local_grid(), 0.0, "odom"), 0.0)
+    ad.on_odometry(odom_msg(store, types, (0, 0, 0), (0, 0)), 0.0)
+    goal_map = (2.5, 1.0, 0.5)
+    ad.on_goal(goal_msg(types, goal_map, frame="map"), 0.0)
+    res = ad.tick(0.05)
+    assert res.status == "stale_input" and "no transform map -> odom" in res.reason and not np.any(res.command)
+    offset = (1.0, 0.5, 0.2)
+    ad.on_tf(tf_msg(store, "map", "odom", 0.0, *offset), 0.06, static=True)
+    res = ad.tick(0.1)
+    assert res.status == "planned", res.reason
+    np.testing.assert_allclose(ad.goal, map_to_odom(goal_map, *offset), atol=1e-9)
+
+
+def test_a_moving_map_to_odom_re_expresses_the_goal_without_a_new_plan_and_a_stale_one_stops(store, types, monkeypatch):
+    params = NavParams()
+    ad = NavAdapter(params, types)
+    resets = []
+    reset = ad.controller.reset
+    monkeypatch.setattr(ad.controller, "reset", lambda: (resets.append(1), reset()))
+    ad.on_tf(tf_msg(store, "map", "odom", 0.0, 0.0, 0.0, 0.0), 0.0)
+    ad.on_goal(goal_msg(types, (3.0, 0.0, 0.0), frame="map"), 0.0)
+    t, commands = 0.0, []
+    for k in range(10):
+        t = 0.1 * (k + 1)
+        ad.on_tf(tf_msg(store, "map", "odom", t, 0.0, 0.02 * k, 0.0), t)  # a localiser's drift correction
+        ad.on_grid(stamped(types, convert.make_grid_msg(types, local_grid(), 0.0, "odom"), t), t)
+        ad.on_odometry(stamped(types, odom_msg(store, types, (0, 0, 0), (0, 0)), t), t)
+        res = ad.tick(t)
+        assert res.status in ("planned", "rotating_to_path"), (res.status, res.reason)
+        commands.append(res.command)
+    assert len(resets) == 1  # the first expression only: a moved goal is the same goal
+    np.testing.assert_allclose(ad.goal, (3.0, -0.18, 0.0), atol=1e-9)
+    t_late = t + params.transform_tolerance + 0.05  # no /tf since: stale input, the command ramps down
+    ad.on_grid(stamped(types, convert.make_grid_msg(types, local_grid(), 0.0, "odom"), t_late), t_late)
+    ad.on_odometry(stamped(types, odom_msg(store, types, (0, 0, 0), (0, 0)), t_late), t_late)
+    res = ad.tick(t_late)
+    assert res.status == "stale_input" and "no transform map -> odom" in res.reason
+    assert_within_limits(np.vstack([commands, res.command]), params)
+
+
+def test_a_follow_path_in_map_is_followed_in_odom_and_the_clock_going_back_clears_tf(store, types):
+    ad = NavAdapter(NavParams(), types)
+    offset = (-1.0, 2.0, np.pi / 2)
+    ad.on_tf(tf_msg(store, "map", "odom", 5.0, *offset), 5.0, static=True)
+    msg = path_msg(types, [[-1.0, 2.0], [-1.0, 3.0], [-1.5, 4.0]], frame="map", yaw=np.pi / 2)
+    ad.follow_path(msg, 5.0)
+    assert ad.tick(5.05).status == "stale_input"  # no odometry yet: stale, the goal expressed
+    np.testing.assert_allclose(ad.goal, map_to_odom((-1.5, 4.0, np.pi / 2), *offset), atol=1e-9)
+    np.testing.assert_allclose(ad._path, [[0.0, 0.0], [1.0, 0.0], [2.0, 0.5]], atol=1e-9)
+    ad.on_tf(tf_msg(store, "map", "odom", 1.0, *offset), 1.0)  # the clock went back: the buffer starts again
+    assert ad.tf.frames() == {"map", "odom"} and len(ad.tf.edges()) == 1 and not ad.tf.edges()[0].static
+    bad = tf_msg(store, "map", "odom", 1.0, np.nan, 0.0, 0.0)
+    ad.on_tf(bad, 1.1)
+    assert ad.stats.rejected["tf"] == 1 and "tf: " in ad.last_rejection
+
+
+def path_msg(types, points, frame="odom", yaw=0.0):
+    poses = [
+        types.PoseStamped(header=convert.make_header(types, 0.0, frame), pose=convert.make_pose(types, x, y, yaw))
+        for x, y in points
+    ]
+    return types.Path(header=convert.make_header(types, 0.0, frame), poses=poses)

@@ -77,7 +77,7 @@ def test_the_path_end_is_the_goal_with_its_heading_and_a_re_planned_path_goes_on
     "points, frame, match",
     [
         ([], "odom", "path: expected 1..max_path_poses"),
-        ([[0.0, 0.0], [1.0, 0.0]], "map", "path header.frame_id 'map'"),
+        ([[0.0, 0.0], [1.0, 0.0]], "", "path header.frame_id '': expected a frame name"),
         ([[0.0, 0.0], [np.nan, 0.0]], "odom", "Path.poses: expected finite"),
         ([[0.0, 0.0], [2e6, 0.0]], "odom", "Path.poses: expected finite positions within"),
     ],

@@ -12,7 +12,11 @@ the same adapter from a rosbag2. Policy, in one place:
   back to the previous plan or a stop; the optional IPOPT fallback (`fallback_solver`) is capped at 0.3 of a period.
 * **No goal** -> nothing is published (the robot is not ours to drive).
 * **Stale input** -> odometry or grid missing, received longer than `stale_timeout_s` ago, or stamped outside
-  +-`stale_timeout_s` of now (and a clock that went backwards makes everything stale): the command ramps to zero.
+  +-`stale_timeout_s` of now (and a clock that went backwards makes everything stale), or a goal or path in another
+  frame (map) with no transform into `frame_id` within `transform_tolerance` of now: the command ramps to zero.
+* **Frames** -> odometry and grid in `frame_id` (odom); goal and path in any frame /tf and /tf_static connect to it
+  (`on_tf`, `mnemo_mpc.ros.transforms`), held there and expressed in `frame_id` at first and again whenever the
+  transform moves (a localiser's correction), as Nav2's controllers transform the global plan.
 * **Every published command** is finite, inside the velocity limits, and within a_max*T, alpha_max*T of the previous
   published command, T = 1 / control_rate_hz (the control period, not the MPC step): the controller's command,
   the stale-input stop and the goal-reached stop all pass through this one limiter. Ramping from the last *published*
@@ -23,6 +27,7 @@ the same adapter from a rosbag2. Policy, in one place:
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -37,7 +42,9 @@ from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.planning.mpc import PredictedObstacles
 from mnemo_mpc.profile import NavParams
 from mnemo_mpc.ros import convert
+from mnemo_mpc.ros.follow_path import NO_TRANSFORM
 from mnemo_mpc.ros.tracks import EXTRA_LISTED, nearest_first, track_values
+from mnemo_mpc.ros.transforms import MAX_FRAME_CHARS, Transform2D, TransformBuffer, TransformError
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +93,30 @@ class TickResult:
 
 
 @dataclass
+class _Framed:
+    """A goal (and for FollowPath its path) or a topic's global path held in the frame it came in (not frame_id),
+    with the transform it was last expressed through (None: not yet)."""
+
+    frame: str
+    goal: np.ndarray
+    goal_stamp_s: float | None
+    path: np.ndarray | None
+    restart_same: bool
+    sets_path: bool = True
+    applied: Transform2D | None = None
+
+
+# A held goal or path is expressed again once its transform has moved by this much (a localiser's correction)
+REEXPRESS_M, REEXPRESS_RAD = 0.01, 0.01
+
+
+def _moved(a: Transform2D, b: Transform2D) -> bool:
+    return (
+        math.hypot(a.x - b.x, a.y - b.y) > REEXPRESS_M or abs(math.remainder(a.yaw - b.yaw, math.tau)) > REEXPRESS_RAD
+    )
+
+
+@dataclass
 class _Stamped:
     value: Any
     received_s: float  # node clock when it arrived
@@ -126,6 +157,11 @@ class NavAdapter:
         self._odom: _Stamped | None = None
         self._goal: np.ndarray | None = None
         self._goal_stamp: float | None = None
+        # /tf and /tf_static (`on_tf`), and a goal or path held in another frame until expressed in frame_id
+        self.tf = TransformBuffer()
+        self._tf_clock_s = -math.inf
+        self._framed: _Framed | None = None
+        self._path_framed: _Framed | None = None
         self._path: np.ndarray | None = None
         self._last_command = np.zeros(2)
         self._last_log: dict[str, float] = {}
@@ -161,10 +197,29 @@ class NavAdapter:
         if got is not None:
             self._odom = got
 
+    def on_tf(self, msg: Any, now_s: float, static: bool = False) -> None:
+        """A tf2_msgs/TFMessage from /tf (or /tf_static with `static`) into the transform buffer; refused transforms
+        are counted and logged as any dropped input. A clock that went back (a restarted simulator, a looped bag)
+        clears the buffer first, as tf2_ros's Buffer does."""
+        if now_s < self._tf_clock_s:
+            self.tf.clear()
+        self._tf_clock_s = now_s
+        for reason in self.tf.add_message(msg, static=static):
+            self._reject("tf_static" if static else "tf", reason)
+
     def on_goal(self, msg: Any, now_s: float) -> None:
-        got = self._receive("goal", msg, now_s, None, convert.goal_from_pose_stamped, stamped=False)
+        got = self._receive("goal", msg, now_s, None, convert.goal_from_pose_stamped, stamped=False, framed=True)
         if got is None:
             return
+        frame = self._frame_of(msg)
+        if frame is not None:  # in another frame (map): held there, transformed into frame_id every tick
+            if self._framed is not None and self._framed.goal_stamp_s == got.stamp_s:
+                if np.array_equal(self._framed.goal, got.value) and self._framed.frame == frame:
+                    return  # the same message again
+            self._framed = _Framed(frame, got.value, got.stamp_s, None, restart_same=True, sets_path=False)
+            self._resolve_frames(now_s)
+            return
+        self._framed = None
         if self._goal is not None and got.stamp_s == self._goal_stamp and np.array_equal(got.value, self._goal):
             return  # the same message again (a republished latched goal): keep the plan going
         self._set_goal(got.value, got.stamp_s, restart_same=True)
@@ -173,9 +228,7 @@ class NavAdapter:
         """A FollowPath action's goal (nav_msgs/Path): its last pose becomes the goal and the path the global path.
         Returns the path (K, 2); raises InputError naming what is wrong with it (the action's INVALID_PATH). A path
         ending at the goal being driven to (bt_navigator re-sends each re-planned path) keeps the plan going."""
-        frame = str(msg.header.frame_id)
-        if frame.lstrip("/") != self.params.frame_id.lstrip("/"):
-            raise InputError(f"path header.frame_id {frame!r}: expected {self.params.frame_id!r} (parameter frame_id)")
+        frame = self._frame_of(msg, "path header.frame_id")
         if not 1 <= len(msg.poses) <= self.params.max_path_poses:
             raise InputError(
                 f"path: expected 1..max_path_poses = {self.params.max_path_poses} poses, got {len(msg.poses)}"
@@ -183,9 +236,50 @@ class NavAdapter:
         path = convert.path_from_msg(msg)
         goal = convert.goal_from_pose_stamped(msg.poses[-1])
         self._stopping = ""
+        stamp = convert.stamp_seconds(msg.header.stamp)
+        if frame is not None:
+            self._framed = _Framed(frame, goal, stamp, path if len(path) >= 2 else None, restart_same=False)
+            self._path_framed = None  # the action's path supersedes the topic's
+            self._resolve_frames(now_s)
+            return path
+        self._framed, self._path_framed = None, None
         self._path = path if len(path) >= 2 else None
-        self._set_goal(goal, convert.stamp_seconds(msg.header.stamp), restart_same=False)
+        self._set_goal(goal, stamp, restart_same=False)
         return path
+
+    def _frame_of(self, msg: Any, field: str = "header.frame_id") -> str | None:
+        """None for a message in frame_id (a leading slash ignored, as tf2 does), else its frame, which must be a
+        non-empty name of at most MAX_FRAME_CHARS characters; InputError otherwise."""
+        frame = msg.header.frame_id
+        if not isinstance(frame, str) or not frame.strip("/") or len(frame) > MAX_FRAME_CHARS:
+            raise InputError(
+                f"{field} {str(frame)[:80]!r}: expected a frame name of 1..{MAX_FRAME_CHARS} characters "
+                f"({self.params.frame_id!r}, parameter frame_id, or one /tf connects to it)"
+            )
+        frame = frame.lstrip("/")
+        return None if frame == self.params.frame_id.lstrip("/") else frame
+
+    def _resolve_frames(self, now_s: float) -> str | None:
+        """Goal and path held in another frame, expressed in frame_id through the transform at `now_s` (held up to
+        transform_tolerance past the newest /tf): at first, and again whenever that transform has moved (a
+        localiser's correction), as Nav2's controllers transform the global plan each cycle. Returns why they cannot
+        be (no transform, a stale one), which the tick reports as stale input; None when resolved or nothing held."""
+        target = self.params.frame_id.lstrip("/")
+        for held in (self._path_framed, self._framed):
+            if held is None:
+                continue
+            try:
+                t = self.tf.lookup(target, held.frame, now_s, self.params.transform_tolerance)
+            except (TransformError, InputError) as exc:
+                return f"{NO_TRANSFORM}{held.frame} -> {target}: {exc}"
+            if held.applied is not None and not _moved(held.applied, t):
+                continue
+            first, held.applied = held.applied is None, t
+            if held.sets_path:
+                self._path = None if held.path is None else t.apply_path(held.path)[:, :2]
+            if held is self._framed:
+                self._set_goal(t.apply_pose(held.goal), held.goal_stamp_s, restart_same=held.restart_same and first)
+        return None
 
     def _set_goal(self, goal: np.ndarray, stamp_s: float | None, restart_same: bool) -> None:
         """Take `goal`. One within `same_goal` of the current goal is that goal re-expressed (moved by a localiser's
@@ -202,10 +296,16 @@ class NavAdapter:
         log.info("new goal (%.3f, %.3f, %.3f)", *self._goal)
 
     def on_path(self, msg: Any, now_s: float) -> None:
-        got = self._receive("global path", msg, now_s, None, self._parse_path, stamped=False)
+        got = self._receive("global path", msg, now_s, None, self._parse_path, stamped=False, framed=True)
         if got is None:
             return
         path = got.value if len(got.value) >= 2 else None  # an empty path clears it: plan straight to the goal
+        frame = self._frame_of(msg)
+        if frame is not None and path is not None:  # held in its frame, re-expressed in frame_id (_resolve_frames)
+            self._path_framed = _Framed(frame, np.zeros(3), None, path, restart_same=False)
+            self._resolve_frames(now_s)
+            return
+        self._path_framed = None
         if path is None or self._path is None or not np.array_equal(path, self._path):
             self._path = path
 
@@ -228,7 +328,14 @@ class NavAdapter:
         return convert.path_from_msg(msg)
 
     def _receive(
-        self, kind: str, msg: Any, now_s: float, previous: _Stamped | None, parse: Any, stamped: bool = True
+        self,
+        kind: str,
+        msg: Any,
+        now_s: float,
+        previous: _Stamped | None,
+        parse: Any,
+        stamped: bool = True,
+        framed: bool = False,
     ) -> _Stamped | None:
         """Frame and stamp checks, then `parse(msg)`; None (and the reason logged) when the message is dropped.
 
@@ -236,9 +343,14 @@ class NavAdapter:
         once; a future one would block every later message as out of order) and must not be older than the last
         accepted one, unless the clock went backwards since (a restarted simulator)."""
         try:
-            frame = str(msg.header.frame_id)
-            if frame.lstrip("/") != self.params.frame_id.lstrip("/"):  # tf2 ignores a leading slash too
-                raise InputError(f"header.frame_id {frame!r}: expected {self.params.frame_id!r} (parameter frame_id)")
+            if framed:  # goal and path: any frame /tf connects to frame_id
+                self._frame_of(msg)
+            else:
+                frame = str(msg.header.frame_id)
+                if frame.lstrip("/") != self.params.frame_id.lstrip("/"):  # tf2 ignores a leading slash too
+                    raise InputError(
+                        f"header.frame_id {frame!r}: expected {self.params.frame_id!r} (parameter frame_id)"
+                    )
             stamp = convert.stamp_seconds(msg.header.stamp)
             if stamped and stamp is not None:
                 timeout = self.params.stale_timeout_s
@@ -284,7 +396,7 @@ class NavAdapter:
         """Drop the goal and bring the robot to rest: the following ticks publish the limited ramp to zero (status
         "stopping", `reason` as its reason) and then nothing, as with no goal. For a cancelled goal and a deactivated
         node: clearing the goal alone would leave the base driving on the last command it got."""
-        self._goal, self._goal_stamp = None, None
+        self._goal, self._goal_stamp, self._framed = None, None, None
         self._stopping = reason or "stop requested"
 
     @property
@@ -292,19 +404,27 @@ class NavAdapter:
         """The last odometry's (pose, velocity), or None before any."""
         return None if self._odom is None else self._odom.value
 
+    def expressed_path(self) -> np.ndarray | None:
+        """The path being followed in frame_id (K, 2), or the goal's position alone without one; None without a goal
+        (or one not yet expressed: no transform). For the FollowPath feedback, whatever frame the path came in."""
+        if self._goal is None:
+            return None
+        return self._path if self._path is not None else self._goal[None, :2]
+
     @property
     def at_rest(self) -> bool:
         """True once the last published command is zero."""
         return not np.any(self._last_command)
 
     def _tick(self, now_s: float) -> TickResult:
-        if self._goal is None:
+        unresolved = self._resolve_frames(now_s)
+        if self._goal is None and self._framed is None:
             if self._stopping and not self.at_rest:
                 return self._publish(np.zeros(2), now_s, "stopping", None, self._stopping)
             self._stopping = ""
             return TickResult(None, None, "idle")
         self._stopping = ""
-        stale = self._staleness(now_s)
+        stale = unresolved or self._staleness(now_s)
         if stale is not None:
             return self._publish(np.zeros(2), now_s, "stale_input", None, stale)
         pose, velocity = self._odom.value
@@ -332,7 +452,7 @@ class NavAdapter:
         if out.status == "goal_reached" and not np.any(result.command):
             check = self.controller.last_goal_check
             log.info("goal (%.3f, %.3f) reached (%s)", *self._goal[:2], check.describe() if check else "")
-            self._goal = None
+            self._goal, self._framed = None, None
         return result
 
     def _staleness(self, now_s: float) -> str | None:

@@ -31,6 +31,8 @@ PATIENCE_EXCEEDED = 104
 FAILED_TO_MAKE_PROGRESS = 105
 NO_VALID_CONTROL = 106
 
+NO_TRANSFORM = "no transform "  # how the adapter's stale-input reason for a missing or stale /tf begins
+
 # Statuses in which the planner publishes a stop rather than its plan: tolerated up to `failure_tolerance_s`.
 STOPPED_STATUSES = ("stale_input", "fallback_stop", "fallback_stop_blocked", "goal_yaw_blocked")
 
@@ -73,7 +75,9 @@ class PathFollowing:
             self._stopped_since = now_s if self._stopped_since is None else self._stopped_since
             if 0 <= self.failure_tolerance_s < now_s - self._stopped_since:  # -1: never
                 why = f"{status} for over {self.failure_tolerance_s} s: {reason}"
-                self.outcome = Outcome("aborted", NO_VALID_CONTROL, why)
+                # the adapter's reason for a goal in a frame /tf does not connect (`NavAdapter._resolve_frames`)
+                code = TF_ERROR if reason.startswith(NO_TRANSFORM) else NO_VALID_CONTROL
+                self.outcome = Outcome("aborted", code, why)
         else:
             self._stopped_since = None
         if status == "failed":

@@ -329,7 +329,10 @@ def _register() -> None:
         for name, value in (("nan", math.nan), ("inf", math.inf), ("-inf", -math.inf)):
             h[f"{topic}_float_{name}"] = (topic, _float_variant(topic, value))
         frame = "header.frame_id"
-        h[f"{topic}_frame_map"] = (topic, _mutate(topic, "bad", _set(frame, "map")))
+        # Goal and path may come in any frame: held until /tf connects it to frame_id (none here: stale input)
+        elsewhere = "may" if topic in ("goal", "path") else "bad"
+        h[f"{topic}_frame_map"] = (topic, _mutate(topic, elsewhere, _set(frame, "map")))
+        h[f"{topic}_frame_huge"] = (topic, _mutate(topic, "bad", _set(frame, "m" * 100_000)))
         h[f"{topic}_frame_empty"] = (topic, _mutate(topic, "bad", _set(frame, "")))
         h[f"{topic}_frame_slash"] = (topic, _mutate(topic, "may", _set(frame, "/odom")))
     # stamps (goal and path are sent once and may carry any stamp: "may")

@@ -148,6 +148,7 @@ class PlannerInterface:
             self.create_subscription(PoseStamped, p.goal_topic, self._cb(self._on_goal), INPUT_QOS),
             self.create_subscription(Path, p.path_topic, self._cb(self.adapter.on_path), INPUT_QOS),
         ]
+        self._subscriptions_made += self._tf_subscriptions()
         self.cmd_pub = self.create_publisher(TwistStamped if p.use_stamped_twist else Twist, p.cmd_vel_topic, 10)
         self.plan_pub = self.create_publisher(Path, p.local_plan_topic, 1)
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 1)
@@ -227,6 +228,28 @@ class PlannerInterface:
         self._publish_tick(result, now)
         if self._following is not None:
             self._follow_tick(result, now)
+
+    def _tf_subscriptions(self) -> list[Any]:
+        """/tf and /tf_static into the adapter's transform buffer (goal and path in map), when tf2_msgs is installed;
+        QoS as tf2_ros's listener: /tf volatile, /tf_static transient local (latched), both reliable, depth 100."""
+        try:
+            from tf2_msgs.msg import TFMessage
+        except ImportError:
+            self.get_logger().info(
+                f"tf2_msgs is not installed: no /tf, goal and path in '{self.params.frame_id}' only "
+                "(`mnemo-mpc ros-interfaces build` makes the package; see docs/ros.md)"
+            )
+            return []
+        adapter = self.adapter
+        depth, reliable = 100, ReliabilityPolicy.RELIABLE
+        volatile = QoSProfile(depth=depth, durability=DurabilityPolicy.VOLATILE, reliability=reliable)
+        latched = QoSProfile(depth=depth, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=reliable)
+        return [
+            self.create_subscription(TFMessage, "/tf", self._cb(adapter.on_tf), volatile),
+            self.create_subscription(
+                TFMessage, "/tf_static", self._cb(lambda msg, now: adapter.on_tf(msg, now, static=True)), latched
+            ),
+        ]
 
     # --- the FollowPath action (nav2_msgs, when installed; see `follow_path.py` for its semantics) ---------------
     def _accepting_goals(self) -> bool:
@@ -309,7 +332,9 @@ class PlannerInterface:
                 adapter.stop(outcome.message)
             self._end_following(outcome)
             return
-        state = adapter.state
+        state, path = adapter.state, adapter.expressed_path()
+        if path is not None:  # in frame_id, as the pose: the goal's path may have come in map
+            following.task.path = path
         if state is not None:
             feedback = self._follow_path_type.Feedback()
             feedback.distance_to_goal, feedback.speed = following.task.feedback(*state)
