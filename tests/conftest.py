@@ -34,7 +34,7 @@ KINDS = ("unit", "integration", "ros")
 
 UNIT = {
     "test_ros_follow_path",
-    "test_ros_domain_claims",
+    "test_ros_sim_launch",
     "test_cli_errors",
     "test_costmap",
     "test_dataset_store",

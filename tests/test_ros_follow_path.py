@@ -40,7 +40,13 @@ def test_a_stopped_planner_aborts_after_the_failure_tolerance_and_a_failure_at_o
     out = task.update("stale_input", "no odometry", True, 2.1)
     assert out.state == "aborted" and out.error_code == follow_path.NO_VALID_CONTROL and "no odometry" in out.message
     failed = PathFollowing(L_PATH, 1.0).update("failed", "recoveries exhausted", False, 0.0)
-    assert failed.state == "aborted" and failed.error_code == follow_path.NO_VALID_CONTROL
+    assert failed.state == "aborted" and failed.error_code == follow_path.FAILED_TO_MAKE_PROGRESS
+    no_tf = PathFollowing(L_PATH, 1.0)
+    assert no_tf.update("stale_input", "no transform map -> odom: unknown frame", True, 0.0) is None
+    assert (
+        no_tf.update("stale_input", "no transform map -> odom: unknown frame", True, 1.5).error_code
+        == follow_path.TF_ERROR
+    )
     assert PathFollowing(L_PATH, 1.0).update("error", "boom", True, 0.0).error_code == follow_path.UNKNOWN
     never = PathFollowing(L_PATH, -1.0)
     assert all(never.update("stale_input", "", True, t) is None for t in np.arange(0.0, 100.0, 10.0))

@@ -226,3 +226,52 @@ def test_robot_params_give_the_simulator_the_profiles_body_lidar_and_world(types
     bad.write_text("/**:\n  ros__parameters:\n    v_max: -1.0\n")
     with pytest.raises(InputError, match="parameter robot_params: .*v_max"):
         SimNodeParams.from_dict({"robot_params": str(bad)}).robot_profile()
+
+
+def test_with_a_map_frame_goal_and_plan_are_the_worlds_and_tf_carries_the_localisers_estimate(types, typestore):
+    from mnemo_mpc.ros.sim_adapter import SimAdapter
+    from mnemo_mpc.ros.sim_convert import make_tf_message
+    from mnemo_mpc.ros.transforms import TransformBuffer
+
+    with pytest.raises(InputError, match="parameter map_frame_id: expected a frame other than frame_id"):
+        SimNodeParams(map_frame_id="odom")
+    params = SimNodeParams(sim_rate_hz=20.0, map_frame_id="map", realism="harsh")  # odometry drifts
+    sim = SimAdapter(params, types, world=hall(goal=(3.0, 1.5, 0.5)))
+    t = typestore.types
+    try:
+        sim.on_cmd_vel(twist(types, 0.4, 0.3))
+        fixes = []
+        for _ in range(120):
+            out = sim.step()
+            fixes.append(sim.obs.map_from_odom.copy())
+        assert out.frame_changed is False  # goal and plan are not re-sent: /tf carries the localiser's fixes
+        assert np.ptp(np.array(fixes), axis=0).max() > 1e-3, "the harsh robot's odometry should have drifted"
+        goal, path = sim.goal_msg(), sim.path_msg()
+        assert goal.header.frame_id == "map" and path.header.frame_id == "map"
+        assert goal.pose.position.x == 3.0 and goal.pose.position.y == 1.5
+        msg = make_tf_message(
+            t["tf2_msgs/msg/TFMessage"],
+            t["geometry_msgs/msg/TransformStamped"],
+            t["geometry_msgs/msg/Transform"],
+            types,
+            out.transforms,
+        )
+        back = typestore.deserialize_cdr(
+            typestore.serialize_cdr(msg, "tf2_msgs/msg/TFMessage"), "tf2_msgs/msg/TFMessage"
+        )
+        assert [(x.header.frame_id, x.child_frame_id) for x in back.transforms] == [
+            ("map", "odom"),
+            ("odom", "base_link"),
+        ]
+        stamps = [x.header.stamp.sec + 1e-9 * x.header.stamp.nanosec for x in back.transforms]
+        assert stamps == pytest.approx([out.time_s + 1.0, out.time_s])  # the localiser's post-dated, as AMCL's
+        buf = TransformBuffer()
+        assert buf.add_message(back) == []
+        map_to_odom = buf.lookup("odom", "map")  # the latest: the localiser's
+        in_odom = map_to_odom.apply_pose(np.array([3.0, 1.5, 0.5]))
+        np.testing.assert_allclose(in_odom, sim.sim.to_odom(np.array([3.0, 1.5, 0.5])), atol=1e-6)
+        base = buf.lookup("odom", "base_link")
+        robot = map_to_odom.inverse().compose(base).apply_pose(np.zeros(3))  # the localiser's robot pose in map
+        np.testing.assert_allclose(robot[:2], sim.sim.to_map(sim.obs.pose)[:2], atol=1e-6)
+    finally:
+        sim.close()

@@ -125,3 +125,29 @@ def log_text(f) -> str:
     f.flush()
     f.seek(0)
     return f.read()
+
+
+def test_follow_path_in_map_through_tf_reaches_the_goal_within_both_tolerances(nav2_interfaces, tmp_path):
+    """Issue 29: the simulator publishes its goal and path in `map` and /tf map -> odom (its localiser's estimate of
+    the Jackal's drifting odometry) -> base_link; a FollowPath client sends the path in `map`; the planner expresses
+    it in odom through /tf and ends SUCCEEDED within xy_goal_tolerance and yaw_goal_tolerance."""
+    from mnemo_mpc.resources import share_file
+    from mnemo_mpc.ros.sim_launch import run_closed_loop
+
+    sim = {"world_seed": 45, "time_limit_s": 40.0, "real_time_factor": 2.0, "map_frame_id": "map", "sim_rate_hz": 25.0}
+    nav = {"yaw_goal_tolerance": 0.25}
+    jackal = share_file("config", "robots/jackal.yaml")
+    run = run_closed_loop(
+        tmp_path / "run", sim, nav, wall_limit_s=120, env=nav2_interfaces, params_file=jackal, interface="action"
+    )
+    s = run.summary or {}
+    logs = (("client", run.client_log, 2000), ("nav", run.nav_log, 3000), ("sim", run.sim_log, 1500))
+    tail = "".join(f"\n--- {name} ---\n{text[-n:]}" for name, text, n in logs)
+    assert run.client_code == 0, f"FollowPath client exit {run.client_code} (0: SUCCEEDED){tail}"
+    assert s.get("collisions") == 0, tail
+    assert s["final_dist_to_goal_m"] <= 0.25 + 0.05, tail  # the planner's xy tolerance on its drifting odometry
+    assert abs(s["final_heading_error_rad"]) <= 0.25 + 0.05, tail
+    assert "no transform" not in run.nav_log and "dropped tf" not in run.nav_log, tail
+    assert "reached (reached: xy error" in run.nav_log, tail
+    for name, text in (("sim", run.sim_log), ("nav", run.nav_log), ("client", run.client_log)):
+        assert "Traceback" not in text, f"{name}:{tail}"

@@ -8,7 +8,9 @@ DDS) at each real-time factor, and writes the time to goal of both, in simulated
 planner node's `--params-file` and the simulator node's `robot_params`, the simulator stepping at the profile's
 `control_rate_hz`. `--interface action` drives the planner through Nav2's FollowPath action (a client process sends
 the simulator's path, as bt_navigator does) instead of the goal and path topics; the run then ends at the action's
-result. Needs the `.[ros]` extra (rclpy wheels), and nav2_msgs for the action (`mnemo-mpc ros-interfaces`).
+result. `--frame map` has the simulator publish goal and path in `map` with /tf map -> odom (its localiser's
+estimate) -> base_link, as a robot with a localiser does, and the planner express them in odom through /tf. Needs the
+`.[ros]` extra (rclpy wheels), and nav2_msgs / tf2_msgs for the action and the map frame (`mnemo-mpc ros-interfaces`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=["topic"],
         help="how the planner gets its goal: the goal and path topics, or Nav2's FollowPath action from a client "
         "process (needs nav2_msgs: `mnemo-mpc ros-interfaces build`); several: each in turn (default topic)",
+    )
+    p.add_argument(
+        "--frame",
+        choices=("odom", "map"),
+        default="odom",
+        help="the frame of the simulator's goal and path: odom (as the planner's odometry), or map with /tf "
+        "map -> odom -> base_link from the simulator (needs tf2_msgs: `mnemo-mpc ros-interfaces build`; default odom)",
     )
     p.add_argument("--work", default="out/dds_loop", help="folder for the runs' logs and demo outputs")
     p.add_argument("--params", default=None, help="robot profile / planner params YAML (config/robots/*.yaml)")
@@ -78,7 +87,7 @@ def _dds_run(work, seed, rtf, rep, interface, demo_s, sim_rate, params_file, arg
     # Twice the demo's time, at least 30 s: a stall is reported as a timeout, not waited out.
     limit = max(30.0, 2.0 * demo_s)
     run = run_closed_loop(
-        work / f"dds{seed}_rtf{rtf:g}_{interface}_{rep}",
+        work / f"dds{seed}_rtf{rtf:g}_{interface}_{args.frame}_{rep}",
         {
             "world_seed": seed,
             "time_limit_s": limit,
@@ -86,6 +95,7 @@ def _dds_run(work, seed, rtf, rep, interface, demo_s, sim_rate, params_file, arg
             # with the action the run ends at the action's result (the goal checker's heading included)
             "exit_on_goal": interface == "topic",
             "realism": args.realism,
+            "map_frame_id": "map" if args.frame == "map" else "",
             **sim_rate,
         },
         wall_limit_s=60.0 + limit / rtf,
@@ -97,6 +107,7 @@ def _dds_run(work, seed, rtf, rep, interface, demo_s, sim_rate, params_file, arg
     row = {
         "real_time_factor": rtf,
         "interface": interface,
+        "goal_frame": args.frame,
         "repeat": rep,
         "sim_exit": run.sim_code,
         "planner_exit": run.nav_code,
@@ -140,6 +151,11 @@ def handler(args: argparse.Namespace) -> int:
             "dds-loop --interface action: needs nav2_msgs (`mnemo-mpc ros-interfaces build --out DIR`, then the "
             "environment it prints; or a ROS install's ros-jazzy-nav2-msgs)"
         )
+    if args.frame == "map" and importlib.util.find_spec("tf2_msgs") is None:
+        raise InputError(
+            "dds-loop --frame map: needs tf2_msgs (`mnemo-mpc ros-interfaces build --out DIR`, then the environment "
+            "it prints; or a ROS install's ros-jazzy-tf2-msgs)"
+        )
     nav_params = _args.load_params(args)  # checked before any run; None without --params
     sim_rate: dict[str, float] = {}
     if nav_params is not None:
@@ -165,6 +181,7 @@ def handler(args: argparse.Namespace) -> int:
         "what": "time to goal: simulator node + planner node over Fast DDS on /clock vs `mnemo-mpc demo` (lockstep)",
         "command": f"mnemo-mpc dds-loop --seeds {' '.join(map(str, args.seeds))} --rtf "
         f"{' '.join(f'{r:g}' for r in args.rtf)} --repeats {args.repeats} --interface {' '.join(args.interface)}"
+        + ("" if args.frame == "odom" else f" --frame {args.frame}")
         + ("" if params_file is None else f" --params {params_file}")
         + f" --realism {args.realism} --out {args.out}",
         "params": params_file,

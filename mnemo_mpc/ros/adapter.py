@@ -268,10 +268,18 @@ class NavAdapter:
         for held in (self._path_framed, self._framed):
             if held is None:
                 continue
+            # The latest transform, if no older than transform_tolerance (Nav2's rule): a localiser post-dates map ->
+            # odom (AMCL by its own transform_tolerance), and the goal is a place, not a measurement of now.
             try:
-                t = self.tf.lookup(target, held.frame, now_s, self.params.transform_tolerance)
+                t = self.tf.lookup(target, held.frame)
             except (TransformError, InputError) as exc:
                 return f"{NO_TRANSFORM}{held.frame} -> {target}: {exc}"
+            age = 0.0 if t.stamp_s is None else now_s - t.stamp_s
+            if age > self.params.transform_tolerance:
+                return (
+                    f"{NO_TRANSFORM}{held.frame} -> {target}: the latest is {age:.3f} s old at {now_s:.3f} s "
+                    f"(transform_tolerance {self.params.transform_tolerance})"
+                )
             if held.applied is not None and not _moved(held.applied, t):
                 continue
             first, held.applied = held.applied is None, t

@@ -4,14 +4,17 @@ No rclpy here: the node (`node.py: PlannerInterface`) serves the action and hand
 `PathFollowing`, which says what to send back. Semantics, as Nav2's controller server:
 
 * The goal is the path's last pose (position and heading); the path is the global path the MPC follows. A path that
-  is empty, non-finite or in another frame is refused (`INVALID_PATH`).
+  is empty, non-finite, or in a frame without a name is refused (`INVALID_PATH`); one in another frame (map) is
+  followed through /tf (`NavAdapter._resolve_frames`), and aborted with `TF_ERROR` when no transform comes within
+  `failure_tolerance_s`.
 * A new goal while one runs **preempts** it: the old goal is aborted, the new path taken over without a stop; when
   it ends where the old one did (`same_goal`, as bt_navigator re-sends each re-planned path), the plan goes on.
 * Feedback each tick: `distance_to_goal` along the path from its vertex nearest the robot (Nav2:
   `calculate_path_length` from the closest pose), `speed` the odometry's linear speed.
 * Succeeded once the planner reports the goal reached and the command has ramped to zero.
-* Aborted with `NO_VALID_CONTROL` when the planner has failed (its recoveries exhausted) or stays in a stop
-  (stale input, fallback stops) for longer than `failure_tolerance_s`; `UNKNOWN` after a tick that raised.
+* Aborted with `FAILED_TO_MAKE_PROGRESS` when the planner has failed (the progress checker's recoveries exhausted,
+  Nav2's progress checker failing), with `NO_VALID_CONTROL` when it stays in a stop (stale input, fallback stops, a
+  goal heading it cannot turn to) for longer than `failure_tolerance_s`; `UNKNOWN` after a tick that raised.
 * Cancelled: the command ramps to zero within the limits (`NavAdapter.stop`), then the goal ends as canceled.
 """
 
@@ -81,7 +84,7 @@ class PathFollowing:
         else:
             self._stopped_since = None
         if status == "failed":
-            self.outcome = Outcome("aborted", NO_VALID_CONTROL, f"the planner failed: {reason}")
+            self.outcome = Outcome("aborted", FAILED_TO_MAKE_PROGRESS, f"the planner failed: {reason}")
         elif status == "error":
             self.outcome = Outcome("aborted", UNKNOWN, f"a control tick raised: {reason}")
         elif status == "goal_reached" and at_rest:  # the tick whose command reached zero (the adapter then idles)

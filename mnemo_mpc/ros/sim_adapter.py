@@ -27,6 +27,12 @@ from mnemo_mpc.ros.sim_convert import (
 )
 from mnemo_mpc.ros.sim_params import SimNodeParams
 
+# A localiser stamps map -> odom this far ahead (AMCL's transform_tolerance, default 1.0 s; slam_toolbox's
+# transform_timeout): the transform holds until the next correction, and a listener looking it up at its sensor
+# data's time, just after a /clock tick that arrived before the /tf, must find it. Stamped at the simulated time
+# instead, the planner's lookups fell 0.12 s past the newest sample under load (beyond Nav2's transform_tolerance 0.1).
+LOCALISER_POST_DATE_S = 1.0
+
 
 @dataclass
 class SimOutputs:
@@ -41,6 +47,8 @@ class SimOutputs:
     exit_code: int | None = None  # the node should exit with this status (goal with exit_on_goal, time limit)
     # The localiser updated the map -> odom transform: publish goal and plan again (`goal_msg`, `path_msg`)
     frame_changed: bool = False
+    # With map_frame_id: /tf's (parent, child, (x, y, yaw), stamp), map -> odom (the localiser's) and odom -> base
+    transforms: list[tuple[str, str, np.ndarray, float]] = field(default_factory=list)
 
 
 class SimAdapter:
@@ -134,16 +142,33 @@ class SimAdapter:
 
     # --- outputs ---------------------------------------------------------------------------------------------------
     def goal_msg(self) -> Any:
-        """The goal in frame_id: through the localiser's latest map -> odom transform when odometry drifts."""
-        b = self.types.base
-        header = convert.make_header(b, self.time_s, self.params.frame_id)
-        return b.PoseStamped(header=header, pose=convert.make_pose(b, *self.sim.to_odom(self.goal)))
+        """The goal in frame_id: through the localiser's latest map -> odom transform when odometry drifts; with
+        map_frame_id, the world's goal in that frame as it is (/tf carries the transform)."""
+        b, frame = self.types.base, self.params.map_frame_id
+        header = convert.make_header(b, self.time_s, frame or self.params.frame_id)
+        return b.PoseStamped(
+            header=header, pose=convert.make_pose(b, *(self.goal if frame else self.sim.to_odom(self.goal)))
+        )
 
     def path_msg(self) -> Any | None:
         if self.global_path is None:
             return None
-        states = self.sim.to_odom(path_states(self.global_path))
-        return convert.make_path(self.types.base, states, self.time_s, self.params.frame_id)
+        states, frame = path_states(self.global_path), self.params.map_frame_id
+        states = states if frame else self.sim.to_odom(states)
+        return convert.make_path(self.types.base, states, self.time_s, frame or self.params.frame_id)
+
+    def transforms(self) -> list[tuple[str, str, np.ndarray, float]]:
+        """/tf now, with map_frame_id: map -> odom, the localiser's estimate (`Observation.map_from_odom`, identity
+        for odometry that does not drift), stamped LOCALISER_POST_DATE_S ahead as AMCL stamps it, and odom ->
+        base_link, the odometry's pose, stamped now; else none."""
+        p, obs, t = self.params, self.obs, self.time_s
+        if not p.map_frame_id:
+            return []
+        fix = obs.map_from_odom if obs.map_from_odom is not None else np.zeros(3)
+        return [
+            (p.map_frame_id, p.frame_id, np.array(fix, float), t + LOCALISER_POST_DATE_S),
+            (p.frame_id, p.base_frame_id, obs.pose[:3].copy(), t),
+        ]
 
     def observation(self, events: list[str] | None = None, exit_code: int | None = None) -> SimOutputs:
         """Messages for the current observation, stamped with the simulated time."""
@@ -166,7 +191,8 @@ class SimAdapter:
             ),
             events=events or [],
             exit_code=exit_code,
-            frame_changed=self._frame_changed(),
+            frame_changed=self._frame_changed() and not p.map_frame_id,  # in map: /tf carries the fix
+            transforms=self.transforms(),
         )
 
     def _frame_changed(self) -> bool:

@@ -47,6 +47,24 @@ def make_time(types: SimMessageTypes, stamp_s: float) -> Any:
     return make_header(types.base, stamp_s, "").stamp
 
 
+def make_tf_message(
+    tf_message: Any, transform_stamped: Any, transform: Any, types: SimMessageTypes, transforms: Any
+) -> Any:
+    """tf2_msgs/TFMessage of planar (parent, child, (x, y, yaw), stamp_s) transforms (the classes handed in: tf2_msgs
+    is optional, built by `mnemo-mpc ros-interfaces build` where no ROS install has it)."""
+    b, out = types.base, []
+    for parent, child, (x, y, yaw), stamp_s in transforms:
+        pose = make_pose(b, x, y, yaw)
+        out.append(
+            transform_stamped(
+                header=make_header(b, stamp_s, parent),
+                child_frame_id=child,
+                transform=transform(translation=b.Vector3(x=float(x), y=float(y), z=0.0), rotation=pose.orientation),
+            )
+        )
+    return tf_message(transforms=out)
+
+
 def make_clock(types: SimMessageTypes, stamp_s: float) -> Any:
     """rosgraph_msgs/Clock: the simulated time every `use_sim_time` node follows."""
     return types.Clock(clock=make_time(types, stamp_s))

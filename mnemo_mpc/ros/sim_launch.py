@@ -80,7 +80,9 @@ def isolated_env(log_dir: Path, base: dict[str, str] | None = None) -> dict[str,
 def _ros_args(params: dict[str, Any]) -> list[str]:
     out = ["--ros-args"]
     for k, v in params.items():
-        out += ["-p", f"{k}:={str(v).lower() if isinstance(v, bool) else v}"]
+        # rcl reads the value as YAML: an empty string must be written '' (`name:=` does not parse)
+        value = str(v).lower() if isinstance(v, bool) else "''" if v == "" else v
+        out += ["-p", f"{k}:={value}"]
     return out
 
 

@@ -34,11 +34,11 @@ from rosgraph_msgs.msg import Clock as ClockMsg
 from sensor_msgs.msg import LaserScan
 
 from mnemo_mpc.atomic import atomic_write_json
-from mnemo_mpc.errors import MnemoError
+from mnemo_mpc.errors import InputError, MnemoError
 from mnemo_mpc.ros.node import RCLPY_TYPES, read_params, run_node
 from mnemo_mpc.ros.ros_logging import forward_library_logs
 from mnemo_mpc.ros.sim_adapter import SimAdapter, SimOutputs
-from mnemo_mpc.ros.sim_convert import SimMessageTypes
+from mnemo_mpc.ros.sim_convert import SimMessageTypes, make_tf_message
 from mnemo_mpc.ros.sim_params import SIM_NODE_NAME, SimNodeParams
 
 RCLPY_SIM_TYPES = SimMessageTypes(
@@ -69,6 +69,20 @@ class SimNode(Node):
         self.goal_pub = self.create_publisher(PoseStamped, p.goal_topic, latched) if p.publish_goal else None
         self.path_pub = self.create_publisher(Path, p.path_topic, latched) if p.publish_plan else None
         self.create_subscription(TwistStamped if p.use_stamped_twist else Twist, p.cmd_vel_topic, self._on_cmd, 10)
+        self.tf_pub, self._tf_types = None, None
+        if p.map_frame_id:  # a localiser's /tf: map -> odom -> base_link
+            try:
+                from geometry_msgs.msg import Transform, TransformStamped
+                from tf2_msgs.msg import TFMessage
+            except ImportError as exc:
+                raise InputError(
+                    f"parameter map_frame_id {p.map_frame_id!r}: /tf needs tf2_msgs ({exc}; `mnemo-mpc "
+                    "ros-interfaces build` makes it, see docs/ros.md)"
+                ) from None
+            self._tf_types = (TFMessage, TransformStamped, Transform)
+            self.tf_pub = self.create_publisher(
+                TFMessage, "/tf", QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+            )
         self._latched_matched: dict[str, int] = {}  # subscribers matched when last published
         self._started = False
         # Paced on the steady clock: with use_sim_time this node's ROS clock follows the /clock it publishes itself.
@@ -114,6 +128,8 @@ class SimNode(Node):
                 msg = make() if pub is not None else None
                 if msg is not None:
                     pub.publish(msg)
+        if self.tf_pub is not None and out.transforms and out.time_s > 0:  # 0 is /tf's "unset" stamp: held time
+            self.tf_pub.publish(make_tf_message(*self._tf_types, self.adapter.types, out.transforms))
         self.odom_pub.publish(out.odom)
         self.grid_pub.publish(out.grid)
         self.scan_pub.publish(out.scan)

@@ -60,6 +60,12 @@ class SimNodeParams:
     # frames and topics (REP-105: ground-truth odometry in `odom`, the robot in `base_link`)
     frame_id: str = param("odom", "fixed frame of odometry, grid, goal and plan (the world's map frame)")
     base_frame_id: str = param("base_link", "robot frame: odometry child frame and the lidar's frame")
+    map_frame_id: str = param(
+        "",
+        "a name (map): goal and plan in this frame (the world's), and /tf map_frame_id -> frame_id (the localiser's "
+        "estimate) and frame_id -> base_frame_id (the odometry) every step, as a robot with a localiser publishes "
+        "(needs tf2_msgs); empty: goal and plan in frame_id, no /tf",
+    )
     odom_topic: str = param("odom", "nav_msgs/Odometry out: ground-truth pose and body velocity")
     grid_topic: str = param("local_costmap/costmap", "nav_msgs/OccupancyGrid out: the lidar-fused rolling window")
     scan_topic: str = param("scan", "sensor_msgs/LaserScan out: the simulated 2-D lidar")
@@ -93,6 +99,11 @@ class SimNodeParams:
         if self.realism not in LEVELS:
             raise InputError(f"parameter realism: expected one of {list(LEVELS)}, got {self.realism!r}")
 
+        if self.map_frame_id and self.map_frame_id in (self.frame_id, self.base_frame_id):
+            raise InputError(
+                f"parameter map_frame_id: expected a frame other than frame_id and base_frame_id, got "
+                f"{self.map_frame_id!r}"
+            )
         if self.world_kind and self.world_kind not in KINDS:
             raise InputError(f"parameter world_kind: expected one of {list(KINDS)} or empty, got {self.world_kind!r}")
         if self.map_yaml:

@@ -1,5 +1,6 @@
-"""`sim_launch.claim_domain_id`: each live test and dds-loop run gets a ROS_DOMAIN_ID no other process holds, whatever
-the global `random` state (two pytest workers seeded alike once joined one domain and drove each other's robots)."""
+"""`mnemo_mpc.ros.sim_launch` without starting nodes: `claim_domain_id` gives each live test and dds-loop run a
+ROS_DOMAIN_ID no other process holds, whatever the global `random` state (two pytest workers seeded alike once joined
+one domain and drove each other's robots); `_ros_args` writes parameters rcl parses."""
 
 from __future__ import annotations
 
@@ -54,3 +55,8 @@ def test_the_oldest_claim_is_released_past_the_cap(claims, monkeypatch):
         fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if the first were still held
     finally:
         probe.close()
+
+
+def test_ros_args_quote_an_empty_string_and_lower_booleans():
+    args = sim_launch._ros_args({"map_frame_id": "", "exit_on_goal": True, "rate": 2.5})
+    assert args == ["--ros-args", "-p", "map_frame_id:=''", "-p", "exit_on_goal:=true", "-p", "rate:=2.5"]
