@@ -46,6 +46,8 @@ UPPER_BOUNDS: dict[str, float] = {
     "transform_tolerance": 10.0,  # a transform older than this is no view of where the frames are
     # the FollowPath action's patience with a stopped planner: an hour is no longer a failure tolerance
     "failure_tolerance": 3600.0,
+    "movement_time_allowance": 3600.0,  # likewise the progress checker's
+    "required_movement_radius": 100.0,  # beyond any local window: no movement could count as progress
     # an incoming costmap is copied and converted per message (int8 -> float: 9 B per cell): 16 M cells ~150 MB
     "max_grid_cells": 16_000_000,
     # a path is converted and projected per message (16 B per pose): 1 M poses ~16 MB and ~50 ms
@@ -164,7 +166,17 @@ class NavParams:
         "required (reported only). Nav2's default is 0.25",
     )
     transform_tolerance: float = param(
-        0.1, "how far a /tf lookup may reach past the newest transform [s] (Nav2's transform_tolerance; at most 10)"
+        0.1,
+        "a goal or path in another frame (map) is expressed in frame_id through the newest /tf if it is no older than "
+        "this [s]; else the input is stale (Nav2's transform_tolerance; at most 10)",
+    )
+    required_movement_radius: float = param(
+        0.5, "progress checker: the robot must move this far [m] within movement_time_allowance (Nav2's name)"
+    )
+    movement_time_allowance: float = param(
+        10.0,
+        "progress checker: else a recovery runs, and after the recoveries the goal has failed (FollowPath: "
+        "FAILED_TO_MAKE_PROGRESS) [s] (Nav2's name; at most 3600)",
     )
     failure_tolerance: float = param(
         1.0,
@@ -294,6 +306,8 @@ class NavParams:
             "goal_tolerance_m",
             "dt",
             "yaw_goal_tolerance",
+            "required_movement_radius",
+            "movement_time_allowance",
         )
         positive += ("robot_radius", "grid_window_m", "grid_resolution", "max_grid_cells", "max_path_poses")
         positive += ("footprint_tolerance", "sensor_range_m")
@@ -499,6 +513,8 @@ class NavParams:
         values = {
             "goal_tolerance_m": self.goal_tolerance_m,
             "yaw_goal_tolerance": self.yaw_goal_tolerance,
+            "required_movement_m": self.required_movement_radius,
+            "progress_timeout_s": self.movement_time_allowance,
             "min_margin_m": self.min_margin_m,
             "unknown_policy": self.unknown_policy,
             "actuation": self.actuation(),

@@ -112,3 +112,12 @@ def test_the_node_reads_nav2_names_as_parameters():
         node.destroy_node()
     finally:
         rclpy.shutdown(context=ctx)
+
+
+def test_nav2_progress_checker_parameters_reach_the_controller_and_are_bounded():
+    config = NavParams(required_movement_radius=0.3, movement_time_allowance=5).controller_config()
+    assert (config.required_movement_m, config.progress_timeout_s) == (0.3, 5.0)
+    with pytest.raises(InputError, match="parameter movement_time_allowance: expected at most 3,600"):
+        NavParams(movement_time_allowance=1e5)
+    with pytest.raises(InputError, match="parameter required_movement_radius: expected > 0"):
+        NavParams(required_movement_radius=0.0)
