@@ -44,6 +44,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the frame of the simulator's goal and path: odom (as the planner's odometry), or map with /tf "
         "map -> odom -> base_link from the simulator (needs tf2_msgs: `mnemo-mpc ros-interfaces build`; default odom)",
     )
+    p.add_argument(
+        "--yaw-goal-tolerance",
+        type=_args.positive_float,
+        default=None,
+        help="the planner's yaw_goal_tolerance [rad] (default: the profile's, pi: heading not required; Nav2's 0.25)",
+    )
     p.add_argument("--work", default="out/dds_loop", help="folder for the runs' logs and demo outputs")
     p.add_argument("--params", default=None, help="robot profile / planner params YAML (config/robots/*.yaml)")
     _args.add_realism_argument(p)
@@ -98,6 +104,7 @@ def _dds_run(work, seed, rtf, rep, interface, demo_s, sim_rate, params_file, arg
             "map_frame_id": "map" if args.frame == "map" else "",
             **sim_rate,
         },
+        nav_params=None if args.yaw_goal_tolerance is None else {"yaw_goal_tolerance": args.yaw_goal_tolerance},
         wall_limit_s=60.0 + limit / rtf,
         params_file=params_file,
         interface=interface,
@@ -108,6 +115,7 @@ def _dds_run(work, seed, rtf, rep, interface, demo_s, sim_rate, params_file, arg
         "real_time_factor": rtf,
         "interface": interface,
         "goal_frame": args.frame,
+        "yaw_goal_tolerance": args.yaw_goal_tolerance,
         "repeat": rep,
         "sim_exit": run.sim_code,
         "planner_exit": run.nav_code,
@@ -182,6 +190,7 @@ def handler(args: argparse.Namespace) -> int:
         "command": f"mnemo-mpc dds-loop --seeds {' '.join(map(str, args.seeds))} --rtf "
         f"{' '.join(f'{r:g}' for r in args.rtf)} --repeats {args.repeats} --interface {' '.join(args.interface)}"
         + ("" if args.frame == "odom" else f" --frame {args.frame}")
+        + ("" if args.yaw_goal_tolerance is None else f" --yaw-goal-tolerance {args.yaw_goal_tolerance:g}")
         + ("" if params_file is None else f" --params {params_file}")
         + f" --realism {args.realism} --out {args.out}",
         "params": params_file,
