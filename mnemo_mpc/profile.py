@@ -171,7 +171,8 @@ class NavParams:
         "this [s]; else the input is stale (Nav2's transform_tolerance; at most 10)",
     )
     required_movement_radius: float = param(
-        0.5, "progress checker: the robot must move this far [m] within movement_time_allowance (Nav2's name)"
+        0.5,
+        "progress checker: the robot must move this far [m] within movement_time_allowance (Nav2's name; at most 100)",
     )
     movement_time_allowance: float = param(
         10.0,
