@@ -206,9 +206,13 @@ def run_client(env: dict[str, str], tmp_path: Path, scenario: str) -> dict:
     return out
 
 
-def assert_reached(goal: dict) -> None:
-    """SUCCEEDED with NONE, at the path's end (within the node's goal tolerance), with feedback on the way."""
+def assert_reached(goal: dict, commands: np.ndarray) -> None:
+    """SUCCEEDED with NONE once at rest (the zero command came before the result, nothing after it), at the path's
+    end (within the node's goal tolerance), with feedback on the way."""
     assert (goal["status"], goal["error_code"], goal["error_msg"]) == (SUCCEEDED, 0, ""), goal
+    before = commands[commands[:, 0] <= goal["done_s"]]
+    assert np.all(before[-1, 1:] == 0.0), before[-3:]
+    assert not np.any(commands[:, 0] > goal["done_s"]), commands[commands[:, 0] > goal["done_s"]]
     gap = np.hypot(*(np.array(goal["pose"][:2]) - goal["end"]))
     assert gap <= PARAMS.goal_tolerance_m, (goal["pose"], goal["end"])
     feedback = np.array(goal["feedback"]).reshape(-1, 3)  # (time, distance_to_goal, speed)
@@ -225,10 +229,7 @@ def assert_reached(goal: dict) -> None:
 
 def test_a_path_is_followed_to_its_end_with_feedback(nav2_interfaces, tmp_path):
     out = run_client(nav2_interfaces, tmp_path, "goal")
-    goal = out["goal"]
-    assert_reached(goal)
-    late = out["commands"][out["commands"][:, 0] > goal["done_s"] + 0.2]
-    assert len(late) == 0, late  # at rest when it succeeded: the node then idles
+    assert_reached(out["goal"], out["commands"])
 
 
 def test_a_cancel_ramps_to_rest_within_the_limits_then_ends_canceled(nav2_interfaces, tmp_path):
@@ -256,7 +257,7 @@ def test_a_new_goal_preempts_the_running_one_without_a_stop(nav2_interfaces, tmp
     assert (first["status"], first["error_code"]) == (ABORTED, 0), first
     assert first["error_msg"] == "preempted by a new FollowPath goal", first
     assert first["done_s"] - out["preempt_s"] < 2.0, first  # ... at once, not after the new goal ends
-    assert_reached(second)  # ... and the new one followed to its own end
+    assert_reached(second, out["commands"])  # ... and the new one followed to its own end
     # ... without a stop: the robot drives on through the first half second of the new goal.
     cmds = out["commands"]
     taking_over = cmds[(cmds[:, 0] >= out["preempt_s"]) & (cmds[:, 0] <= out["preempt_s"] + MOVING_S)]
