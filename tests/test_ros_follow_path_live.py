@@ -93,6 +93,10 @@ class ActionGoal:
 
     def finished(self, timeout_s: float = GOAL_TIMEOUT_S) -> None:
         assert self.live.spin(timeout_s, until=self.result.done), f"no result within {timeout_s} s"
+        # rclpy's executor runs a ready action client before ready subscriptions: take the commands that came with
+        # the result (the node publishes a tick's command before it ends a goal) before noting its time.
+        for _ in range(10):
+            self.live.executor.spin_once(timeout_sec=0.0)
         r = self.result.result()
         self.record.update(
             status=r.status,
@@ -246,7 +250,7 @@ def test_a_cancel_ramps_to_rest_within_the_limits_then_ends_canceled(nav2_interf
     assert np.all(after[-1, 1:] == 0.0) and np.count_nonzero(np.all(after[:, 1:] == 0.0, axis=1)) == 1, after
     ramp_s = before[-1, 1] / RobotModel().a_max  # as fast as the limits allow, and a tick or so of latency
     assert after[-1, 0] - out["cancel_answered_s"] <= ramp_s + 0.5, after
-    assert after[-1, 0] <= goal["done_s"] + 0.2, (after[-1, 0], goal["done_s"])  # canceled once at rest
+    assert after[-1, 0] <= goal["done_s"], (after[-1, 0], goal["done_s"])  # canceled once at rest, then silent
     assert np.hypot(*np.subtract(out["pose"][:2], goal["pose"][:2])) < 0.02  # and it stays there
 
 
