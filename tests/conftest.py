@@ -124,6 +124,7 @@ INTEGRATION = {
 }
 
 ROS = {
+    "test_ros_follow_path_live",
     "test_ros_interfaces",
     "test_ros_lifecycle_live",
     "test_ros_node_live",
