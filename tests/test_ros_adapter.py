@@ -445,3 +445,24 @@ def path_msg(types, points, frame="odom", yaw=0.0):
         for x, y in points
     ]
     return types.Path(header=convert.make_header(types, 0.0, frame), poses=poses)
+
+
+def test_a_cancel_is_taken_before_the_ticks_command():
+    """Nav2 checks for a cancel before computing a command: taken after, the tick just after a cancel could still
+    speed the robot up (seen live: 0.322 -> 0.341 m/s)."""
+    pytest.importorskip("rclpy", reason="the node module needs rclpy")
+    from types import SimpleNamespace
+
+    from mnemo_mpc.ros import node
+
+    calls = []
+    adapter = SimpleNamespace(stop=lambda reason: calls.append(("stop", reason)), tick=lambda now: calls.append("tick"))
+    following = SimpleNamespace(handle=SimpleNamespace(is_cancel_requested=True), canceling=False)
+    fake = SimpleNamespace(adapter=adapter, _now=lambda: 1.0, _following=following)
+    fake._publish_tick = lambda result, now: None
+    fake._follow_tick = lambda result, now: calls.append("follow")
+    node.NavNode._tick(fake)
+    assert calls == [("stop", "FollowPath goal cancelled"), "tick", "follow"] and following.canceling
+    calls.clear()
+    node.NavNode._tick(fake)  # taken once
+    assert calls == ["tick", "follow"]

@@ -224,6 +224,11 @@ class PlannerInterface:
 
     def _tick(self) -> None:
         now = self._now()
+        following = self._following
+        if following is not None and following.handle.is_cancel_requested and not following.canceling:
+            # before this tick's command, as Nav2 checks for a cancel before computing one: else it could still speed up
+            self.adapter.stop("FollowPath goal cancelled")
+            following.canceling = True
         result = self.adapter.tick(now)
         self._publish_tick(result, now)
         if self._following is not None:
@@ -314,15 +319,14 @@ class PlannerInterface:
         following, self._following = self._following, None
         if following is not None and not following.done.done():
             if outcome.state == "aborted":
-                self.get_logger().warning(f"FollowPath goal aborted: {outcome.message}")
+                # a preemption is routine (bt_navigator re-sends its path about once a second): INFO, not WARNING
+                log = self.get_logger().info if outcome.error_code == follow_path.NONE else self.get_logger().warning
+                log(f"FollowPath goal aborted: {outcome.message}")
             following.done.set_result(outcome)
 
     def _follow_tick(self, result, now: float) -> None:
         following, adapter = self._following, self.adapter
-        if following.handle.is_cancel_requested and not following.canceling:
-            adapter.stop("FollowPath goal cancelled")
-            following.canceling = True
-        if following.canceling:
+        if following.canceling:  # (the cancel was taken before the tick: `_tick`)
             if adapter.at_rest:
                 self._end_following(Outcome("canceled"))
             return
