@@ -58,28 +58,30 @@ def path_points(start, end, bend: float = 0.0) -> np.ndarray:
 class ActionGoal:
     """One FollowPath goal sent by the client: its feedback, result and the (monotonic) times they came."""
 
-    def __init__(self, live: LiveNode, client, points: np.ndarray) -> None:
+    def __init__(self, live: LiveNode, client, points: np.ndarray, frame: str = "odom", map_from_odom=None) -> None:
+        """`points` in odom; sent in `frame`, through `map_from_odom` (x, y, yaw of odom in map) when that is map."""
         from geometry_msgs.msg import PoseStamped
         from nav2_msgs.action import FollowPath
 
         goal = FollowPath.Goal(
             controller_id="FollowPath", goal_checker_id="general_goal_checker", progress_checker_id="progress_checker"
         )
-        goal.path.header.frame_id = "odom"
+        goal.path.header.frame_id = frame
         goal.path.header.stamp = live.node.get_clock().now().to_msg()
-        for x, y, yaw in points:
+        for x, y, yaw in points if map_from_odom is None else to_map(points, map_from_odom):
             pose = PoseStamped()
             pose.header = goal.path.header
             pose.pose.position.x, pose.pose.position.y = float(x), float(y)
             pose.pose.orientation.z, pose.pose.orientation.w = math.sin(yaw / 2), math.cos(yaw / 2)
             goal.path.poses.append(pose)
         self.live, self.end = live, points[-1, :2].tolist()
+        self.end_yaw = float(points[-1, 2])
         self.feedback: list[tuple[float, float, float]] = []  # (time, distance_to_goal, speed)
         self.sent_s = time.monotonic()
         self.sending = client.send_goal_async(goal, feedback_callback=self._on_feedback)
         self.handle = self.result = None
         length = float(np.sum(np.hypot(*np.diff(points[:, :2], axis=0).T)))
-        self.record: dict = {"end": self.end, "length": length, "sent_s": self.sent_s}
+        self.record: dict = {"end": self.end, "end_yaw": self.end_yaw, "length": length, "sent_s": self.sent_s}
 
     def _on_feedback(self, msg) -> None:
         self.feedback.append((time.monotonic(), float(msg.feedback.distance_to_goal), float(msg.feedback.speed)))
@@ -155,7 +157,55 @@ def preempt_while_moving(live: LiveNode, client, out: dict) -> None:
     out["first"], out["second"] = first.summary(), second.summary()
 
 
-SCENARIOS = {"goal": drive_to_the_end, "cancel": cancel_while_moving, "preempt": preempt_while_moving}
+MAP_FROM_ODOM = (2.0, -1.0, 0.6)  # where odom lies in map (a localiser's map -> odom), far from identity
+END_YAW = 1.2  # the path's last pose turned off its direction: the goal checker must turn the robot to it
+
+
+def to_map(points: np.ndarray, map_from_odom) -> np.ndarray:
+    x, y, yaw = map_from_odom
+    c, s_ = math.cos(yaw), math.sin(yaw)
+    px, py = points[:, 0], points[:, 1]
+    return np.column_stack([x + c * px - s_ * py, y + s_ * px + c * py, points[:, 2] + yaw])
+
+
+def follow_a_path_in_map(live: LiveNode, client, out: dict) -> None:
+    """TF as a robot with a localiser has it: /tf_static map -> odom (latched) and /tf odom -> base_link from the
+    odometry; the path sent in map, its end turned to END_YAW."""
+    from geometry_msgs.msg import TransformStamped
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    from tf2_msgs.msg import TFMessage
+
+    def transform(parent: str, child: str, x: float, y: float, yaw: float) -> TransformStamped:
+        t = TransformStamped()
+        t.header.frame_id, t.child_frame_id = parent, child
+        t.header.stamp = live.node.get_clock().now().to_msg()
+        t.transform.translation.x, t.transform.translation.y = float(x), float(y)
+        t.transform.rotation.z, t.transform.rotation.w = math.sin(yaw / 2), math.cos(yaw / 2)
+        return t
+
+    latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
+    static_pub = live.node.create_publisher(TFMessage, "/tf_static", latched)
+    static_pub.publish(TFMessage(transforms=[transform("map", "odom", *MAP_FROM_ODOM)]))
+    tf_pub = live.node.create_publisher(TFMessage, "/tf", 10)
+    live.node.create_timer(
+        0.05, lambda: tf_pub.publish(TFMessage(transforms=[transform("odom", "base_link", *live.pose)]))
+    )
+    points = path_points([0.0, 0.0], [1.5, 0.3], bend=0.1)
+    points[-1, 2] = END_YAW
+    goal = ActionGoal(live, client, points, frame="map", map_from_odom=MAP_FROM_ODOM)
+    goal.accepted()
+    goal.finished()
+    live.spin(0.5, until=lambda: False)
+    out["goal"] = goal.summary()
+
+
+SCENARIOS = {
+    "goal": drive_to_the_end,
+    "cancel": cancel_while_moving,
+    "preempt": preempt_while_moving,
+    "map": follow_a_path_in_map,
+}
+SCENARIO_ARGS = {"map": ["-p", "yaw_goal_tolerance:=0.25"]}  # Nav2's default: the heading is required
 
 
 def client_main(scenario: str, folder: str) -> None:
@@ -163,7 +213,7 @@ def client_main(scenario: str, folder: str) -> None:
     from nav2_msgs.action import FollowPath
     from rclpy.action import ActionClient
 
-    live = LiveNode(dict(os.environ), Path(folder))
+    live = LiveNode(dict(os.environ), Path(folder), args=SCENARIO_ARGS.get(scenario, []))
     out: dict = {}
     try:
         client = ActionClient(live.node, FollowPath, "/follow_path")
@@ -272,3 +322,17 @@ def test_a_new_goal_preempts_the_running_one_without_a_stop(nav2_interfaces, tmp
 
 if __name__ == "__main__":
     client_main(*sys.argv[1:])
+
+
+def test_a_path_in_map_is_followed_through_tf_to_the_goals_position_and_heading(nav2_interfaces, tmp_path):
+    """Issue 29: the path in `map`, /tf_static map -> odom offset by (2, -1, 0.6 rad) and /tf odom -> base_link from
+    the test; the planner expresses the path in odom, reaches its end within xy_goal_tolerance and turns in place to
+    its heading within yaw_goal_tolerance (0.25) before SUCCEEDED."""
+    out = run_client(nav2_interfaces, tmp_path, "map")
+    goal = out["goal"]
+    assert_reached(goal, out["commands"])  # the end in odom: the transform was applied, not the map coordinates
+    yaw_error = math.remainder(goal["pose"][2] - goal["end_yaw"], math.tau)
+    assert abs(yaw_error) <= 0.25 + 1e-6, (goal["pose"], goal["end_yaw"])
+    direction = path_points([0.0, 0.0], [1.5, 0.3], bend=0.1)[-2, 2]  # how the robot arrives
+    assert abs(math.remainder(END_YAW - direction, math.tau)) > 0.9  # so reaching END_YAW took a turn in place
+    assert "reached (reached: xy error" in out["log"] and "no transform" not in out["log"], out["log"][-3000:]
