@@ -260,10 +260,10 @@ class NavAdapter:
         return None if frame == self.params.frame_id.lstrip("/") else frame
 
     def _resolve_frames(self, now_s: float) -> str | None:
-        """Goal and path held in another frame, expressed in frame_id through the transform at `now_s` (held up to
-        transform_tolerance past the newest /tf): at first, and again whenever that transform has moved (a
-        localiser's correction), as Nav2's controllers transform the global plan each cycle. Returns why they cannot
-        be (no transform, a stale one), which the tick reports as stale input; None when resolved or nothing held."""
+        """Goal and path held in another frame, expressed in frame_id through the latest transform, if it is no older
+        than transform_tolerance at `now_s`: at first, and again whenever that transform has moved (a localiser's
+        correction), as Nav2's controllers transform the global plan each cycle. Returns why they cannot be (no
+        transform, a stale one), which the tick reports as stale input; None when resolved or nothing held."""
         target = self.params.frame_id.lstrip("/")
         for held in (self._path_framed, self._framed):
             if held is None:

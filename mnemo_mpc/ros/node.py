@@ -5,9 +5,8 @@ The planner's ROS side is `PlannerInterface`, shared with the lifecycle node (`r
 `NavParams` (declared with their descriptions), callbacks and the control timer delegate to `NavAdapter`;
 /diagnostics reports its state; the footprint, covering discs and plan are drawn on `~/markers`, and with
 `moving_prediction: track` the tracked obstacles on `~/tracks` (visualization_msgs/MarkerArray, when that package is
-installed); the library's log records (`mnemo_mpc.*`) go to the
-node's ROS logger. Bad parameters end the process with one line on stderr and exit status 2; SIGINT and SIGTERM end it
-with status 0.
+installed); the library's log records (`mnemo_mpc.*`) go to the node's ROS logger. Bad parameters end the process
+with one line on stderr and exit status 2; SIGINT and SIGTERM end it with status 0.
 """
 
 from __future__ import annotations
@@ -119,6 +118,11 @@ def read_params(node: Node, cls: type, reference: str) -> Any:
     return params
 
 
+def _marker_due(last_s: float, now_s: float) -> bool:
+    """A marker array is due: none for 1 / MARKER_RATE_HZ (less a millisecond), or the clock went back."""
+    return not 0.0 <= now_s - last_s < 1.0 / MARKER_RATE_HZ - 1e-3
+
+
 @dataclass
 class _Following:
     """The FollowPath goal being driven: its handle, its bookkeeping and the future its execute callback awaits."""
@@ -153,12 +157,8 @@ class PlannerInterface:
         self.plan_pub = self.create_publisher(Path, p.local_plan_topic, 1)
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 1)
         self._publishers_made = [self.cmd_pub, self.plan_pub, self.diag_pub]
-        self.marker_types, self.marker_pub, self._markers_shown, self._markers_s = (
-            marker_types(),
-            None,
-            False,
-            -math.inf,
-        )
+        self.marker_types = marker_types()
+        self.marker_pub, self._markers_shown, self._markers_s = None, False, -math.inf
         self.planner_marker_pub, self._planner_markers_s = None, -math.inf
         if self.marker_types is None:
             self.get_logger().info(
@@ -366,7 +366,7 @@ class PlannerInterface:
         tracks = self.adapter.stats.tracks
         if not (tracks or self._markers_shown) or self.marker_pub.get_subscription_count() == 0:
             return
-        if tracks and 0.0 <= now_s - self._markers_s < 1.0 / MARKER_RATE_HZ - 1e-3:
+        if tracks and not _marker_due(self._markers_s, now_s):
             return
         msg = track_markers(self.marker_types, tracks, self.adapter.stats.predicted, now_s, self.params.frame_id)
         self.marker_pub.publish(msg)
@@ -377,7 +377,7 @@ class PlannerInterface:
         for a listener; a tick without a plan draws the robot alone (the array's DELETEALL clears the old plan)."""
         if self.planner_marker_pub.get_subscription_count() == 0:
             return
-        if 0.0 <= now_s - self._planner_markers_s < 1.0 / MARKER_RATE_HZ - 1e-3:
+        if not _marker_due(self._planner_markers_s, now_s):
             return
         state = self.adapter.state
         out = result.output
