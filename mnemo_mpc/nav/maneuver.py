@@ -47,6 +47,9 @@ TRACKING_SLACK_M = 0.02
 # With the straights' allowance instead (1.5 cm below the start), a manoeuvre's turn touched a block at 0.2 mm depth
 # on the drifting Jackal (dense-1027), where the grid's error near walls reached -2.8 cm (docs/realism.md).
 TURN_SLACK_M = 0.005
+# A turn in place starts once the body has stopped rolling (m/s): a realistic Jackal (50 ms latency, 0.2 s lag) ended
+# a straight at 0.25 m/s, 2 cm from its end, and turned while it rolled on: a corner met the wall (dense-1041).
+STOPPED_V = 0.03
 
 
 @dataclass(frozen=True)
@@ -254,7 +257,9 @@ def _joins(
     0.05 rad with the lesser of `margin` and the margin the robot has now (less 5 mm)."""
     free = _FreeCheck(mpc, field_, margin)
     now = float(recovery.pose_margins(mpc, field_, np.asarray(pose, dtype=float)))
-    relaxed = max(min(margin, now - TURN_SLACK_M), 0.0)
+    # Never below 0, unless the robot is already there (its discs overlap a wall that its drifting odometry moved, or
+    # that a cleared grid shows nearer): then no deeper than it is, so that it can leave (dense-1083, realistic).
+    relaxed = max(min(margin, now - TURN_SLACK_M), min(now, 0.0))
     yaw0 = float(pose[2])
     u = np.array([math.cos(yaw0), math.sin(yaw0)])
     turn_speed = min(cfg.turn_speed, mpc.robot.w_max)
@@ -359,6 +364,8 @@ class Maneuver:
                 if abs(err) <= cfg.heading_tolerance:
                     self.index += 1
                     continue
+                if abs(float(velocity[0])) > STOPPED_V:
+                    return np.zeros(2)  # at rest first: a corner swung by a body still rolling left the plan
                 return self._turn(mpc, field_, pose, err)
             along = float(to_end @ np.array([math.cos(heading), math.sin(heading)])) * direction
             if along <= cfg.position_tolerance_m:
@@ -379,7 +386,9 @@ class Maneuver:
             poses = np.column_stack([pose[0] + s * c, pose[1] + s * si, np.full((4, 1), pose[2])])
             if not self._free(mpc, field_, pose, poses):
                 return self._over(f"segment {self.index + 1}/{len(self.waypoints)} blocked")
-            v = min(cfg.speed, math.sqrt(2.0 * robot.a_max * along), robot.v_max if direction > 0 else -robot.v_min)
+            # Braking at half the drive's deceleration: a lagging drive (its commands late, its velocity loop slow)
+            # that braked at the full rate reached the end still rolling (docstring of STOPPED_V).
+            v = min(cfg.speed, math.sqrt(robot.a_max * along), robot.v_max if direction > 0 else -robot.v_min)
             w = float(np.clip(2.0 * err, -robot.w_max, robot.w_max))
             return np.array([direction * v, w])
         return self._over("done")
@@ -410,10 +419,11 @@ class Maneuver:
     def floor(mpc: SQPMPC, field_: DistanceField, pose: np.ndarray, margin: float) -> float:
         """The least footprint clearance a plan at `margin` from `pose` is driven with: `margin` less
         TRACKING_SLACK_M (the robot drives the plan within a few centimetres of its lattice states), or for a robot
-        already closer than the plan lets it join at (`plan_maneuver`), 1 cm less than that; never below 0. Turns
-        keep more when the executor is given the margin (`turn_floor`)."""
+        already closer than the plan lets it join at (`plan_maneuver`), 1.5 cm less than that; never below 0, or below
+        where it stands when it stands there (it may leave, no deeper). Turns keep more when the executor is given the
+        margin (`turn_floor`)."""
         now = float(recovery.pose_margins(mpc, field_, np.asarray(pose, dtype=float), exact=True))
-        return max(min(margin - TRACKING_SLACK_M, now - 0.015), 0.0)
+        return max(min(margin - TRACKING_SLACK_M, now - 0.015), min(now, 0.0))
 
     def _free(
         self, mpc: SQPMPC, field_: DistanceField, pose: np.ndarray, poses: np.ndarray, floor: float | None = None
