@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from mnemo_mpc.nav import recovery
+from mnemo_mpc.nav.actuation import ActuationModel, CommandHistory
 from mnemo_mpc.nav.maneuver import HEADINGS, MOVES, TURN_SLACK_M, Maneuver, plan_maneuver
 from mnemo_mpc.nav.recovery import pose_margins as _pose_margins
 from mnemo_mpc.planning.esdf import DistanceField
@@ -262,3 +263,58 @@ def test_a_converged_turn_in_place_that_cuts_a_cell_corner_is_not_sent(setup):
     assert status == "fallback_stop" and "creep_cuts_cells" in flags and np.allclose(command, 0.0)
     command, status, flags = controller._command(_turn_plan(sent, 0.5, dt), field, sent, np.zeros(2), 0.01)
     assert status == "planned" and command[1] > 0
+
+
+def test_a_robot_already_inside_its_margin_may_back_out_no_deeper(setup):
+    """Its discs a few millimetres into the mouth's wall (a wall its drifting odometry moved, dense-1083): the
+    manoeuvre still gets it out, backing off first, and its executor's floor is where it stands, not 0."""
+    _profile, _grid, field, mpc = setup
+    u = np.array([np.cos(WEDGED[2]), np.sin(WEDGED[2]), 0.0])
+    inside = next(WEDGED + s * u for s in np.arange(0.0, 0.06, 0.0025) if _pose_margins(mpc, field, WEDGED + s * u) < 0)
+    now = float(_pose_margins(mpc, field, inside, exact=True))
+    assert -0.02 < now < 0.0
+    wp = plan_maneuver(mpc, field, inside, lane_path(), 0.03)
+    assert wp is not None and wp[0, 3] == -1
+    assert Maneuver.floor(mpc, field, inside, 0.03) == pytest.approx(now)
+    assert Maneuver.floor(mpc, field, WEDGED, 0.03) >= 0.0  # one outside keeps 0 at least, as before
+
+
+def test_a_turn_starts_only_once_the_body_stops_rolling(setup):
+    _profile, _grid, field, mpc = setup
+    man = Maneuver(np.array([[WEDGED[0], WEDGED[1], WEDGED[2] + 0.5, 0.0]]), 0.0, 0.0, 30.0)
+    assert np.array_equal(man.target(mpc, field, WEDGED, np.array([0.2, 0.0]), 0.0), np.zeros(2))
+    cmd = man.target(mpc, field, WEDGED, np.array([0.01, 0.0]), 0.0)
+    assert cmd[0] == 0.0 and cmd[1] > 0.0
+
+
+def test_executor_on_a_lagging_drive_keeps_its_floor(setup):
+    """The Jackal's drive as its profile states it (commands acting 50 ms late, 0.2 s / 0.15 s first-order lags), the
+    executor driven as the controller drives it (its pose predicted over the latency, its targets turned into the
+    commands a lagging drive needs, `nav.actuation`): the manoeuvre into the lane ends done, above its floor. Its
+    targets sent as commands, unpredicted and uninverted, leave the robot where its fourth turn is blocked."""
+    profile, _grid, field, mpc = setup
+    act = ActuationModel(latency_s=0.05, lag_v_s=0.2, lag_w_s=0.15)
+    history = CommandHistory(act)
+    wp = plan_maneuver(mpc, field, WEDGED, lane_path(), 0.03)
+    floor = Maneuver.floor(mpc, field, WEDGED, 0.03)
+    man = Maneuver(wp, floor, 0.0, 60.0)
+    pose, vel, dt, sub = WEDGED.copy(), np.zeros(2), profile.mpc.dt, 20
+    sent: list[tuple[float, np.ndarray]] = [(-1.0, np.zeros(2))]
+    least = np.inf
+    for k in range(3000):
+        t = k * dt
+        start_pose, start_vel = history.predict(pose, vel, t, t + act.latency_s)
+        target = man.target(mpc, field, start_pose, start_vel, t)
+        if target is None:
+            break
+        command = profile.robot.clip_control(act.command_for(target, start_vel, dt))
+        history.record(t, command)
+        sent.append((t, command))
+        for j in range(sub):  # the body between control steps, acting on what was sent a latency ago
+            now = t + j * dt / sub
+            acting = [c for ts, c in sent if ts <= now - act.latency_s + 1e-12][-1]
+            vel = vel + (acting - vel) * (1.0 - np.exp(-dt / sub / np.array([act.lag_v_s, act.lag_w_s])))
+            pose = profile.robot.step(pose, vel, dt / sub)
+            least = min(least, float(_pose_margins(mpc, field, pose, exact=True)))
+    assert man.reason == "done"
+    assert least >= floor - 0.005, f"{least:.4f} below the floor {floor:.4f}"
