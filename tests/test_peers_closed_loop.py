@@ -154,9 +154,34 @@ def test_eval_several_controllers_make_one_table_and_table_joins_runs(tmp_path):
     assert (tmp_path / "both.png").stat().st_size > 0
     row = res["table"][1]
     assert set(row["step_time_ms"]) == {"p50", "p99", "max"} and row["step_time_ms_by_family"]
+    assert res["complete"] is True
     # the same rows from two single-planner files
     for name, summary in res["runs"].items():
         (tmp_path / f"{name}.json").write_text(json.dumps(summary))
     joined = tmp_path / "table.json"
     assert main(["table", str(tmp_path / "mpc.json"), str(tmp_path / "dwa.json"), "--out", str(joined)]) == 0
     assert json.loads(joined.read_text())["table"] == res["table"]
+
+
+def test_eval_of_several_controllers_keeps_the_finished_ones_when_a_later_one_fails(tmp_path, monkeypatch):
+    pytest.importorskip("pybullet")
+    from mnemo_mpc.cli import main
+    from mnemo_mpc.commands import eval as eval_command
+
+    evaluate = eval_command.evaluate
+
+    def second_fails(args, setup, jobs, name):
+        if name == "dwa":
+            raise KeyboardInterrupt  # stopped by hand during the second planner
+        return evaluate(args, setup, jobs, name)
+
+    monkeypatch.setattr(eval_command, "evaluate", second_fails)
+    out = tmp_path / "both.json"
+    argv = ["eval", "--worlds", "1", "--seed", "1000", "--time-limit", "0.5", "--controller", "mpc,dwa"]
+    assert main([*argv, "--warmstart", "shift", "--out", str(out), "--no-progress"]) != 0  # the CLI reports it
+    res = json.loads(out.read_text())
+    assert (
+        res["complete"] is False
+        and res["controllers"] == ["mpc"]
+        and [r["controller"] for r in res["table"]] == ["mpc"]
+    )

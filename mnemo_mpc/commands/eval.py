@@ -244,21 +244,37 @@ def handler(args: argparse.Namespace) -> int:
         loaded = [make() for _, make, _, _ in jobs]
         jobs = [(label, (lambda w=w: w), tol, tl) for (label, _, tol, tl), w in zip(jobs, loaded, strict=True)]
 
+    from mnemo_mpc.commands.table import peer_table, plot_table, write_table
+
     runs = {}
     for name in names:
         runs[name] = evaluate(args, setup, jobs, name)
         if len(names) > 1:
             print(f"--- {name}")
+            if len(runs) < len(names):
+                # The planners done so far, marked incomplete: a run of several (the Jackal's three took 1 h 43 min)
+                # interrupted later keeps them. The whole table replaces it at the end.
+                done = list(runs)
+                atomic_write_json(
+                    args.out,
+                    {
+                        "version": __version__,
+                        "controllers": done,
+                        "complete": False,
+                        "table": peer_table(runs),
+                        "runs": runs,
+                    },
+                )
         report(runs[name])
     if len(names) == 1:
         atomic_write_json(args.out, runs[names[0]])
         print(f"wrote {args.out}")
         return 0
-    from mnemo_mpc.commands.table import peer_table, plot_table, write_table
-
     rows = peer_table(runs)
     plot = Path(args.out).with_suffix(".png")
-    atomic_write_json(args.out, {"version": __version__, "controllers": list(names), "table": rows, "runs": runs})
+    atomic_write_json(
+        args.out, {"version": __version__, "controllers": list(names), "complete": True, "table": rows, "runs": runs}
+    )
     print(write_table(rows))
     plot_table(rows, plot)
     print(f"wrote {args.out} and {plot}")
