@@ -197,7 +197,6 @@ def handler(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from mnemo_mpc import __version__
     from mnemo_mpc.atomic import atomic_write_json
     from mnemo_mpc.sim.profile import closed_loop_setup
 
@@ -244,8 +243,6 @@ def handler(args: argparse.Namespace) -> int:
         loaded = [make() for _, make, _, _ in jobs]
         jobs = [(label, (lambda w=w: w), tol, tl) for (label, _, tol, tl), w in zip(jobs, loaded, strict=True)]
 
-    from mnemo_mpc.commands.table import peer_table, plot_table, write_table
-
     runs = {}
     for name in names:
         runs[name] = evaluate(args, setup, jobs, name)
@@ -254,31 +251,37 @@ def handler(args: argparse.Namespace) -> int:
             if len(runs) < len(names):
                 # The planners done so far, marked incomplete: a run of several (the Jackal's three took 1 h 43 min)
                 # interrupted later keeps them. The whole table replaces it at the end.
-                done = list(runs)
-                atomic_write_json(
-                    args.out,
-                    {
-                        "version": __version__,
-                        "controllers": done,
-                        "complete": False,
-                        "table": peer_table(runs),
-                        "runs": runs,
-                    },
-                )
+                atomic_write_json(args.out, _peer_json(runs, complete=False))
         report(runs[name])
     if len(names) == 1:
         atomic_write_json(args.out, runs[names[0]])
         print(f"wrote {args.out}")
         return 0
-    rows = peer_table(runs)
+    from mnemo_mpc.commands.table import plot_table, write_table
+
+    result = _peer_json(runs, complete=True)
+    rows = result["table"]
     plot = Path(args.out).with_suffix(".png")
-    atomic_write_json(
-        args.out, {"version": __version__, "controllers": list(names), "complete": True, "table": rows, "runs": runs}
-    )
+    atomic_write_json(args.out, result)
     print(write_table(rows))
     plot_table(rows, plot)
     print(f"wrote {args.out} and {plot}")
     return 0
+
+
+def _peer_json(runs: dict[str, dict[str, Any]], complete: bool) -> dict[str, Any]:
+    """The JSON of a run of several planners: their table and each one's summary; `complete` False while some are
+    still to run."""
+    from mnemo_mpc import __version__
+    from mnemo_mpc.commands.table import peer_table
+
+    return {
+        "version": __version__,
+        "controllers": list(runs),
+        "complete": complete,
+        "table": peer_table(runs),
+        "runs": runs,
+    }
 
 
 def evaluate(args: argparse.Namespace, setup: Any, jobs: list, name: str) -> dict[str, Any]:

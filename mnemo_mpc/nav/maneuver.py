@@ -257,8 +257,8 @@ def _joins(
     0.05 rad with the lesser of `margin` and the margin the robot has now (less 5 mm)."""
     free = _FreeCheck(mpc, field_, margin)
     now = float(recovery.pose_margins(mpc, field_, np.asarray(pose, dtype=float)))
-    # Never below 0, unless the robot is already there (its discs overlap a wall that its drifting odometry moved, or
-    # that a cleared grid shows nearer): then no deeper than it is, so that it can leave (dense-1083, realistic).
+    # Never below 0, unless the robot is already there (its discs overlap a wall that its drifting odometry moved
+    # nearer): then no deeper than it is, so that it can leave (dense-1083, realistic).
     relaxed = max(min(margin, now - TURN_SLACK_M), min(now, 0.0))
     yaw0 = float(pose[2])
     u = np.array([math.cos(yaw0), math.sin(yaw0)])
@@ -386,8 +386,8 @@ class Maneuver:
             poses = np.column_stack([pose[0] + s * c, pose[1] + s * si, np.full((4, 1), pose[2])])
             if not self._free(mpc, field_, pose, poses):
                 return self._over(f"segment {self.index + 1}/{len(self.waypoints)} blocked")
-            # Braking at half the drive's deceleration: a lagging drive (its commands late, its velocity loop slow)
-            # that braked at the full rate reached the end still rolling (docstring of STOPPED_V).
+            # Braking at half the drive's deceleration, so that a lagging drive (its commands late, its velocity loop
+            # slow) nears the end slowly; a turn after it waits until the body has stopped rolling (STOPPED_V).
             v = min(cfg.speed, math.sqrt(robot.a_max * along), robot.v_max if direction > 0 else -robot.v_min)
             w = float(np.clip(2.0 * err, -robot.w_max, robot.w_max))
             return np.array([direction * v, w])
