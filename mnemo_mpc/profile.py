@@ -23,6 +23,7 @@ import yaml
 
 from mnemo_mpc.errors import InputError
 from mnemo_mpc.nav.modes import MODES, SQP_MODES
+from mnemo_mpc.peers import CONTROLLERS
 from mnemo_mpc.planning.costmap import MAX_COSTMAP_COST_WEIGHT, OCCUPANCY, check_semantics
 from mnemo_mpc.safe_io import load_yaml
 
@@ -246,6 +247,11 @@ class NavParams:
         "weight of a Nav2 costmap's inflation cost (0..1 at the robot's centre, squared) per MPC knot; 0: off. Used "
         "with a nav2 costmap_semantics only; at most 100",
     )
+    local_planner: str = param(
+        "mpc",
+        "the local planner: 'mpc' (the SQP MPC) or a peer behind the same controller and safety layer, 'mppi' "
+        "(needs the [peers] extra) or 'dwa' (docs/peers.md); warm_start, warm_start_model and sqp_mode are the MPC's",
+    )
     warm_start: str = param(
         "auto", "SQP start: cold, shift, learned, hybrid, or auto (hybrid when a model fits the robot, else shift)"
     )
@@ -350,6 +356,8 @@ class NavParams:
             raise InputError(
                 f"parameter warm_start: expected auto, cold, shift, learned or hybrid, got {self.warm_start!r}"
             )
+        if self.local_planner not in CONTROLLERS:
+            raise InputError(f"parameter local_planner: expected one of {CONTROLLERS}, got {self.local_planner!r}")
         if self.sqp_mode not in SQP_MODES:
             raise InputError(f"parameter sqp_mode: expected one of {SQP_MODES}, got {self.sqp_mode!r}")
         if self.moving_prediction not in MOVING_PREDICTION:
@@ -584,14 +592,23 @@ class Profile:
     mpc: Any  # MPCConfig
     controller_config: Any  # ControllerConfig (warm_start still "shift"; `controller` resolves it)
 
-    def controller(self, warmstart: str | None = None, model: str | None = None, **overrides: Any) -> Any:
+    def controller(
+        self, warmstart: str | None = None, model: str | None = None, planner: str | None = None, **overrides: Any
+    ) -> Any:
         """The Controller, its warm start resolved (`mnemo_mpc.warmstart.runtime.resolve`): `warmstart` / `model`
         override the profile's `warm_start` / `warm_start_model` (None: the profile's; "auto": hybrid when a shipped
-        model fits the robot, else shift); `overrides` set any other ControllerConfig field."""
+        model fits the robot, else shift); `overrides` set any other ControllerConfig field. `planner` overrides the
+        profile's `local_planner`: a peer ("mppi", "dwa": `mnemo_mpc.peers.make_controller`) is the same Controller
+        on the same robot, horizon and settings with its planner in the SQP's place, and has no warm start."""
         from mnemo_mpc.nav.controller import Controller
         from mnemo_mpc.warmstart.runtime import resolve
 
         p = self.params
+        name = planner if planner is not None else p.local_planner
+        if name != "mpc":
+            from mnemo_mpc.peers import make_controller
+
+            return make_controller(name, self.robot, self.mpc, dataclasses.replace(self.controller_config, **overrides))
         mode = warmstart if warmstart is not None else p.warm_start
         mode, provider = resolve(
             None if mode == "auto" else mode, model or p.warm_start_model or None, self.robot, self.mpc.N, self.mpc.dt

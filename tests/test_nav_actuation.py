@@ -20,6 +20,28 @@ from mnemo_mpc.sim.realism import Drive, Realism
 RES = 0.05
 
 
+def test_reached_is_the_velocity_the_simulated_drive_has_one_period_on():
+    """Near its limit a lagging loop cannot gain a whole acceleration step: the command that would take it there
+    clips at the limit, and `reached` is where the simulator's drive then is one period on (dense-1055: the Jackal
+    turning at -1.48 rad/s was asked for -1.66 and reached -1.61). Inside `reach` the target itself is reached."""
+    model, dt, h = ActuationModel(lag_v_s=0.2, lag_w_s=0.15), 0.044, 0.044 / 40
+    lower, upper = np.array([-0.35, -2.0]), np.array([2.0, 2.0])
+    velocity, target = np.array([0.42, -1.48]), np.array([0.50, -1.66])  # within alpha_max dt = 0.176 rad/s
+    low, high = model.reach(velocity, lower, upper, dt)
+    assert low[1] > target[1] and low[0] < target[0] < high[0]
+    reached = model.reached(target, velocity, lower, upper, dt)
+    assert np.isclose(reached[0], target[0]) and np.isclose(reached[1], low[1])
+    drive = Drive(Realism(level="profile", lag_v_s=0.2, lag_w_s=0.15), np.random.default_rng(0))
+    drive.reset(np.zeros(3))
+    drive.velocity[:] = drive.command[:] = velocity
+    drive.send(*np.clip(model.command_for(target, velocity, dt), lower, upper), 0.0)
+    for k in range(40):
+        drive.body_velocity((k + 1) * h, h)
+    assert np.allclose(drive.velocity, reached, atol=1e-9)
+    inside = np.array([0.45, -1.55])
+    assert np.allclose(model.reached(inside, velocity, lower, upper, dt), inside)
+
+
 def test_identity_model_changes_nothing():
     m = ActuationModel()
     assert m.is_identity

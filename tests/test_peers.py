@@ -4,6 +4,8 @@ any work."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -20,6 +22,9 @@ from mnemo_mpc.planning.esdf import DistanceField
 from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.planning.mpc import MPCConfig
 from mnemo_mpc.planning.robot import RobotModel
+from mnemo_mpc.profile import NavParams, build
+
+JACKAL = Path(__file__).resolve().parents[1] / "config" / "robots" / "jackal.yaml"
 
 
 @pytest.mark.parametrize(
@@ -53,6 +58,30 @@ def test_dynamic_window_is_the_reachable_velocities_inside_the_limits():
     robot = RobotModel(v_max=0.5, w_max=1.5, a_max=1.0, alpha_max=3.0)
     low, high = reachable(np.array([0.45, -1.4]), robot, 0.1)
     assert np.allclose(low, [0.35, -1.5]) and np.allclose(high, [0.5, -1.1])
+
+
+def test_window_of_a_lagging_drive_holds_only_velocities_it_reaches():
+    """On the Jackal's drive (lags 0.2 / 0.15 s) turning near its limit the window is narrower than the acceleration
+    limits give, every velocity DWA samples is one the drive reaches (`Controller.as_driven` leaves it unchanged),
+    and the safety check reads a proposal's first control as the drive reaches it."""
+    params = NavParams.from_yaml(JACKAL)
+    setup = build(params)
+    ctrl = make_controller("dwa", setup.robot, setup.mpc, setup.controller_config)
+    assert ctrl._actuation is not None
+    velocity = np.array([0.42, -1.48])
+    low, high = ctrl.window(velocity)
+    acc_low, acc_high = reachable(velocity, setup.robot, setup.mpc.dt)
+    assert low[1] > acc_low[1] + 0.04 and np.allclose(high, acc_high)
+    for sample in ([low[0], low[1]], [high[0], low[1]], [low[0], high[1]], [high[0], high[1]]):
+        assert np.allclose(ctrl.as_driven(np.array([sample]), velocity), [sample])
+    unreachable = np.array([[0.5, acc_low[1]]])
+    assert ctrl.as_driven(unreachable, velocity)[0, 1] > acc_low[1] + 0.04
+
+    seen = []
+    ctrl.trajectory_clearance = lambda field_, states, controls: seen.append(controls.copy()) or 1.0
+    field_ = DistanceField(OccupancyGrid(np.zeros((80, 80), np.int8), 0.05, (0.0, 0.0, 0.0)))
+    assert ctrl._plan_safe(field_, np.array([2.0, 2.0, 0.0]), unreachable, None, velocity=velocity)
+    assert np.allclose(seen[-1][0], ctrl.as_driven(unreachable, velocity)[0])
 
 
 def _scene(grid: OccupancyGrid, path: np.ndarray, goal=None) -> Scene:
@@ -175,3 +204,38 @@ def test_pruned_path_starts_at_the_robot_and_is_cut_at_the_prune_distance():
 def test_controller_flag_refused_before_any_work(tmp_path, capsys, argv, message):
     assert main([*argv, "--out", str(tmp_path / "o.json")]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_local_planner_parameter_builds_the_peer_for_the_node_and_the_commands(tmp_path):
+    """`local_planner` (node parameter) picks the planner the node's adapter runs and the planner `eval` / `demo`
+    run without --controller; a wrong name is refused naming the parameter."""
+    import argparse
+
+    from mnemo_mpc.commands._args import check_controller
+    from mnemo_mpc.peers.dwa import DWAController
+
+    params = NavParams(local_planner="dwa")
+    assert isinstance(params.controller(), DWAController)  # what the node's adapter runs (`NavAdapter.__init__`)
+    assert type(NavParams().controller()).__name__ == "Controller"
+    assert check_controller(argparse.Namespace(controller=None), params) == ("dwa",)
+    assert check_controller(argparse.Namespace(controller=("mpc",)), params) == ("mpc",)
+    assert check_controller(argparse.Namespace(controller=None), None) == ("mpc",)
+    with pytest.raises(InputError, match="local_planner"):
+        NavParams(local_planner="rpp")
+
+
+def test_bench_node_runs_each_planner_on_the_same_stream(tmp_path, capsys):
+    """`bench node --controller mpc,dwa`: one JSON, a row per planner, each planner's node core on the same scenario."""
+    import json
+
+    out = tmp_path / "node.json"
+    assert main(["bench", "node", "--ticks", "30", "--controller", "mpc,dwa", "--no-progress", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert [row["controller"] for row in result["table"]] == ["mpc", "dwa"]
+    for name in ("mpc", "dwa"):
+        run = result["planners"][name]
+        assert run["controller"] == name and run["counts"]["ticks"] == 30
+        assert run["counts"]["messages"] == result["planners"]["mpc"]["counts"]["messages"]
+        assert run["tick_ms_with_controller"]["p50"] > 0
+    printed = capsys.readouterr().out
+    assert "node core (dwa)" in printed and "planner  ticks" in printed

@@ -33,6 +33,7 @@ class NodeBenchConfig:
     seed: int = 0
     fuzz: bool = False
     hostile_per_tick: float = 4.0  # with --fuzz
+    controllers: tuple[str, ...] = ("mpc",)  # the node's local_planner, one run each over the same scenario
 
 
 def quick_config() -> NodeBenchConfig:
@@ -55,14 +56,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="scenario seed (worlds, message timing, hostile mix)")
     parser.add_argument("--fuzz", action="store_true", help="mix in the fuzz test's hostile messages")
+    from mnemo_mpc.commands._args import add_controller_argument
+
+    add_controller_argument(parser, several=True)
 
 
 def config_from_args(args: argparse.Namespace) -> NodeBenchConfig:
     cfg = quick_config() if args.quick else NodeBenchConfig()
-    from mnemo_mpc.commands._args import load_params
+    from mnemo_mpc.commands._args import check_controller, load_params
 
-    load_params(args)  # checked here: a bad file is one line naming --params, before any work
-    cfg = replace(cfg, rate_hz=args.rate_hz, params_file=args.params, seed=args.seed, fuzz=bool(args.fuzz))
+    params = load_params(args)  # checked here: a bad file is one line naming --params, before any work
+    cfg = replace(
+        cfg,
+        rate_hz=args.rate_hz,
+        params_file=args.params,
+        seed=args.seed,
+        fuzz=bool(args.fuzz),
+        controllers=check_controller(args, params),
+    )
     if args.ticks is not None:
         cfg = replace(cfg, ticks=args.ticks)
     if cfg.ticks < 1 or not (cfg.rate_hz is None or cfg.rate_hz > 0):
@@ -71,17 +82,50 @@ def config_from_args(args: argparse.Namespace) -> NodeBenchConfig:
 
 
 def run(cfg: NodeBenchConfig, progress: bool = True) -> dict[str, Any]:
-    import casadi
-    import numpy as np
-
-    from mnemo_mpc import __version__
+    """One planner: its result (module docstring). Several (`--controller mpc,mppi,dwa`): each planner's result under
+    `planners`, over the same scenario (worlds, goals, message timing), and `table`, a row per planner."""
     from mnemo_mpc.profile import NavParams
-    from mnemo_mpc.ros.hostile import FuzzConfig, run_fuzz
-    from mnemo_mpc.sim.episode import percentiles
 
     params = NavParams.from_yaml(cfg.params_file) if cfg.params_file is not None else NavParams()
     if cfg.rate_hz is not None:
         params = replace(params, control_rate_hz=cfg.rate_hz)
+    results = {name: _run_planner(cfg, replace(params, local_planner=name), progress) for name in cfg.controllers}
+    if len(results) == 1:
+        return next(iter(results.values()))
+    first = next(iter(results.values()))
+    return {
+        "table": [_row(result) for result in results.values()],
+        "planners": results,
+        "config": {"bench": asdict(cfg)},
+        "version": first["version"],
+    }
+
+
+def _row(result: dict[str, Any]) -> dict[str, Any]:
+    """One planner's line of the several-planner table."""
+    tick, counts = result["tick_ms_with_controller"], result["counts"]
+    return {
+        "controller": result["controller"],
+        "tick_ms_p50": tick["p50"],
+        "tick_ms_p99": tick["p99"],
+        "tick_ms_max": tick["max"],
+        "controller_ms_p99": result["controller_ms"]["p99"],
+        "ticks_over_period": result["ticks_over_period"],
+        "control_period_ms": result["control_period_ms"],
+        "goals_reached": counts["goals_reached"],
+        "episodes": counts["episodes"],
+        "violations": sum(counts["violations"].values()) if counts["violations"] else 0,
+    }
+
+
+def _run_planner(cfg: NodeBenchConfig, params: Any, progress: bool) -> dict[str, Any]:
+    import casadi
+    import numpy as np
+
+    from mnemo_mpc import __version__
+    from mnemo_mpc.ros.hostile import FuzzConfig, run_fuzz
+    from mnemo_mpc.sim.episode import percentiles
+
     if cfg.fuzz:
         mix: dict[str, Any] = {"hostile_per_tick": cfg.hostile_per_tick}
     else:  # the realistic stream alone: no hostile messages, no clock resets, no sensor dropouts
@@ -93,6 +137,7 @@ def run(cfg: NodeBenchConfig, progress: bool = True) -> dict[str, Any]:
     all_callbacks = [ms for values in report.callback_ms.values() for ms in values]
     summary = report.summary()
     return {
+        "controller": params.local_planner,
         "tick_ms": tick,
         "rate_hz_p50": 1e3 / tick["p50"] if tick["p50"] > 0 else None,
         # with --fuzz most ticks may be stale-input stops that skip the controller: the planning ticks alone
@@ -139,10 +184,24 @@ def run(cfg: NodeBenchConfig, progress: bool = True) -> dict[str, Any]:
 
 
 def report(result: dict[str, Any]) -> str:
+    if "planners" in result:
+        head = "planner  ticks  tick ms p50 / p99 / max (planning ticks)  over the period  goals  violations"
+        rows = [
+            f"{r['controller']:7s}  {result['planners'][r['controller']]['counts']['ticks']:5d}  "
+            f"{r['tick_ms_p50']:.2f} / {r['tick_ms_p99']:.2f} / {r['tick_ms_max']:.2f}"
+            f"{'':22s}{r['ticks_over_period']:5d} of {r['control_period_ms']:.0f} ms  "
+            f"{r['goals_reached']}/{r['episodes']}  {r['violations']}"
+            for r in result["table"]
+        ]
+        return "\n\n".join([*(_report_one(r) for r in result["planners"].values()), "\n".join([head, *rows])])
+    return _report_one(result)
+
+
+def _report_one(result: dict[str, Any]) -> str:
     t, p, c = result["tick_ms"], result["period_ms"], result["callback_ms"]["all"]
     counts = result["counts"]
     lines = [
-        f"node core @ {result['config']['params']['control_rate_hz']:g} Hz"
+        f"node core ({result.get('controller', 'mpc')}) @ {result['config']['params']['control_rate_hz']:g} Hz"
         + (" (fuzz mix)" if result["config"]["bench"]["fuzz"] else "")
         + f": {counts['ticks']} ticks, {counts['messages']} messages, statuses {counts['statuses']}",
         f"tick ms   p50 {t['p50']:.2f}  p95 {t['p95']:.2f}  p99 {t['p99']:.2f}  max {t['max']:.2f}  "

@@ -423,16 +423,19 @@ def add_controller_argument(p: argparse.ArgumentParser, several: bool) -> None:
     p.add_argument(
         "--controller",
         type=controllers,
-        default=("mpc",),
+        default=None,
         help="local planner: mpc (the SQP MPC), mppi (pytorch-mppi with Nav2 MPPI's critics), dwa (Fox et al.'s "
         "dynamic window), each with the same route, limits and safety layer"
         + ("; a comma-separated list runs each in turn over the same worlds into one JSON" if several else "")
-        + " (default: mpc)",
+        + " (default: the --params profile's local_planner, else mpc)",
     )
 
 
-def check_controller(args: argparse.Namespace, several: bool = True) -> tuple[str, ...]:
-    """--controller against the MPC's own flags: --warmstart, --model and --sqp-mode only with mpc among them."""
+def check_controller(args: argparse.Namespace, params: Any = None, several: bool = True) -> tuple[str, ...]:
+    """--controller (without it, `params`' local_planner, else mpc) against the MPC's own flags: --warmstart,
+    --model and --sqp-mode only with mpc among them."""
+    if args.controller is None:
+        args.controller = (params.local_planner if params is not None else "mpc",)
     names = tuple(args.controller)
     if not several and len(names) > 1:
         raise InputError(f"--controller: one planner here, got {','.join(names)}")

@@ -42,8 +42,8 @@ def handler(args: argparse.Namespace) -> int:
     # Every argument is checked before the simulator and the solver are loaded.
     out = _args.check_output_dir(args.out, "--out")
     _args.check_warmstart(args)
-    (name,) = _args.check_controller(args, several=False)
     params = _args.load_params(args)
+    (name,) = _args.check_controller(args, params, several=False)
     if args.kind is not None and args.kind not in ALL_KINDS:
         raise InputError(f"--kind: expected one of {', '.join(ALL_KINDS)}, got {args.kind!r}")
 

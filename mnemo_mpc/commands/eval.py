@@ -97,7 +97,7 @@ def warmstart_controller(args: argparse.Namespace, setup: Any, **config: Any) ->
     `add_warmstart_arguments`; without them, the profile's `warm_start`)."""
     if getattr(args, "sqp_mode", None) is not None:
         config["sqp_mode"] = args.sqp_mode
-    return setup.controller(args.warmstart, args.model, **config)
+    return setup.controller(args.warmstart, args.model, "mpc", **config)
 
 
 def build_controller(args: argparse.Namespace, setup: Any, name: str, **config: Any) -> Any:
@@ -106,11 +106,7 @@ def build_controller(args: argparse.Namespace, setup: Any, name: str, **config: 
     controller settings; `config` overrides ControllerConfig fields for either."""
     if name == "mpc":
         return warmstart_controller(args, setup, **config)
-    import dataclasses
-
-    from mnemo_mpc.peers import make_controller
-
-    return make_controller(name, setup.robot, setup.mpc, dataclasses.replace(setup.profile.controller_config, **config))
+    return setup.controller(planner=name, **config)
 
 
 def _pose(value: Any, name: str) -> list[float]:
@@ -174,8 +170,8 @@ def handler(args: argparse.Namespace) -> int:
     # Every argument and file is checked before the simulator and the solver are loaded.
     _args.check_output_file(args.out, "--out")
     _args.check_warmstart(args)
-    names = _args.check_controller(args)
     params = _args.load_params(args)
+    names = _args.check_controller(args, params)
     if args.map is None and (args.start is not None or args.goal is not None):
         raise InputError(f"{'--start' if args.start is not None else '--goal'}: only with --map")
     if args.worlds is None and (args.world_kinds is not None or args.moving_obstacles or args.moving_kind != "patrol"):

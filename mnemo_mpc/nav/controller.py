@@ -745,6 +745,19 @@ class Controller:
         step = self.robot.accel_limits * self.mpc_config.dt
         return np.clip(np.zeros(2), current - step, current + step)
 
+    def as_driven(self, controls: np.ndarray, velocity: np.ndarray) -> np.ndarray:
+        """`controls` (M, 2) with the first replaced by the velocity the drive reaches one period on from `velocity`
+        when asked for it (`ActuationModel.reached`: the lag-inverting command clipped to the velocity limits, as
+        `step` sends it); unchanged for an ideal drive. A check that took the first control as reached passed a
+        DWA turn the Jackal could not make: asked for -1.66 rad/s from -1.48, the command clipped at -2.0 and the body
+        reached -1.61; each step's swing differed from the one checked, and the stop after the last ended on a lane's
+        wall (dense-1055)."""
+        controls = np.array(controls, dtype=float).reshape(-1, 2)
+        if self._actuation is not None and controls.shape[0]:
+            low, high = self.robot.control_lower, self.robot.control_upper
+            controls[0] = self._actuation.reached(controls[0], velocity, low, high, self.mpc_config.dt)
+        return controls
+
     def braking_tail(self, velocity: np.ndarray) -> np.ndarray:
         """(M, 2) controls that take `velocity` to rest, each step as hard as the acceleration limits allow
         (`stop_command` repeated; M = 0 when already at rest)."""
@@ -954,7 +967,7 @@ class Controller:
             return unfinished.controls[0].copy(), "fallback_unconverged"
         plan, k = self._last_plan, self._plan_age + 1
         if self.config.reuse_previous_plan and plan is not None and k < plan.controls.shape[0]:
-            if self._plan_safe(field_, pose, plan.controls[k:], margin):
+            if self._plan_safe(field_, pose, plan.controls[k:], margin, velocity=velocity):
                 return plan.controls[k].copy(), "fallback_previous_plan"
         return self.stop_command(velocity), "fallback_stop"
 
@@ -965,9 +978,11 @@ class Controller:
         controls: np.ndarray,
         margin: float | None,
         braking: bool = True,
+        velocity: np.ndarray | None = None,
     ) -> bool:
         """`controls` rolled out from `pose`, then braked to rest within the acceleration limits (`braking_tail`),
-        keep every covering disc at the margin a solve from here demands. The tail matters: a plan is only checked to
+        keep every covering disc at the margin a solve from here demands. Given the start `velocity`, the first
+        control is taken as the drive reaches it (`reached`). The tail matters: a plan is only checked to
         its horizon, and a previous plan followed step after step at speed (solves refused, a loaded CPU) left the
         Jackal at 1.3 m/s with its plan used up and a stop too late to miss the wall (dense-1007, five processes on two
         cores: a collision).
@@ -978,6 +993,8 @@ class Controller:
         controls = np.asarray(controls, dtype=float)
         if not np.all(np.isfinite(controls)):
             return False
+        if velocity is not None:
+            controls = self.as_driven(controls, velocity)
         if braking:
             controls = np.concatenate([controls, self.braking_tail(controls[-1])])
         states = self.robot.rollout(pose, controls, self.mpc_config.dt)

@@ -145,6 +145,18 @@ class PeerController(Controller):
         return pruned_path(path, pose, goal, progress, prune, spacing)
 
     # --- the shared safety check ---------------------------------------------------------------------------------
+    def window(self, velocity: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The dynamic window of this drive: `reachable` (the acceleration limits) intersected with what a lagging
+        drive reaches in one period on a command inside the velocity limits (`ActuationModel.reach`), so that every
+        velocity a peer samples is one the robot will have one step on."""
+        dt = self.mpc_config.dt
+        low, high = reachable(velocity, self.robot, dt)
+        if self._actuation is not None:
+            current = self.robot.clip_control(np.asarray(velocity, dtype=float))
+            lag_low, lag_high = self._actuation.reach(current, self.robot.control_lower, self.robot.control_upper, dt)
+            low, high = np.maximum(low, lag_low), np.minimum(high, lag_high)
+        return low, np.maximum(high, low)
+
     def required_clearance(self, field_: DistanceField, pose: np.ndarray, margin: float | None) -> float:
         """The `footprint_clearance` a motion from `pose` must keep: the step's `margin` (default the safety margin);
         from a pose already inside that band, `MPCConfig.band_margin_m` (never more than `margin`) or, nearer still,
@@ -173,14 +185,18 @@ class PeerController(Controller):
         controls: np.ndarray,
         margin: float | None,
         braking: bool = True,
+        velocity: np.ndarray | None = None,
     ) -> bool:
-        """`controls` from `pose`, then braked to rest (`braking_tail`; `braking=False`: the horizon alone), keep
+        """`controls` from `pose` (the first as the drive reaches it from the start `velocity`, when given:
+        `Controller.as_driven`), then braked to rest (`braking_tail`; `braking=False`: the horizon alone), keep
         `required_clearance` on `footprint_clearance` along the densified arc, and clear the predicted moving
         obstacles as the MPC's check demands (module docstring). Every command a peer sends passes it: its proposal
         (`_solve`) and the previous plan the fallback follows."""
         controls = np.asarray(controls, dtype=float).reshape(-1, 2)
         if controls.shape[0] < 1 or not np.all(np.isfinite(controls)):
             return False
+        if velocity is not None:
+            controls = self.as_driven(controls, velocity)
         if braking:
             controls = np.concatenate([controls, self.braking_tail(controls[-1])])
         states = self.robot.rollout(pose, controls, self.mpc_config.dt)
@@ -223,7 +239,7 @@ class PeerController(Controller):
             controls = self.stop_command(velocity)[None]
             safe, status = False, f"{REFUSED}: non-finite proposal"
         else:
-            safe = self._plan_safe(field_, pose, controls[:1], margin)
+            safe = self._plan_safe(field_, pose, controls[:1], margin, velocity=velocity)
             status = ACCEPTED if safe else REFUSED
         states = self.robot.rollout(pose, controls, self.mpc_config.dt)
         footprint = self.trajectory_clearance(field_, states, controls)

@@ -4,7 +4,8 @@ Collision Avoidance", IEEE Robotics & Automation Magazine 4(1)).
 Sec. 3 of the paper, with the project's robot model and footprint check:
 
 1. Search space: circular arcs, one (v, w) held. Of those, the *dynamic window* V_d (the velocities reachable within
-   one control period under the acceleration limits, inside the velocity limits V_s: `peers.base.reachable`) is
+   one control period under the acceleration limits, inside the velocity limits V_s, and on a lagging drive within
+   what its loops follow in a period: `PeerController.window`) is
    sampled on a `v_samples` x `w_samples` grid, and only *admissible* velocities V_a are kept: the robot, driving the
    arc for one period and then braking as hard as it can, stops before any obstacle (the paper's
    v <= sqrt(2 dist(v, w) dv_b), w <= sqrt(2 dist(v, w) dw_b), evaluated here by rolling the stop out: the same
@@ -32,7 +33,7 @@ from scipy import ndimage
 
 from mnemo_mpc.errors import InputError, is_real
 from mnemo_mpc.nav.controller import ControllerConfig, WarmStartContext
-from mnemo_mpc.peers.base import PeerController, Proposal, footprint_clearance, plan_v_min, reachable
+from mnemo_mpc.peers.base import PeerController, Proposal, footprint_clearance, plan_v_min
 from mnemo_mpc.planning.mpc import MPCConfig
 from mnemo_mpc.planning.robot import RobotModel
 
@@ -106,7 +107,7 @@ class DWAController(PeerController):
         mpc = self.mpc(field_.shape)
         required = self.required_clearance(field_, pose, margin)
 
-        low, high = reachable(velocity, robot, dt)
+        low, high = self.window(velocity)
         low[0] = max(low[0], min(plan_v_min(robot, self.mpc_config), high[0]))
         vs = np.linspace(low[0], high[0], cfg.v_samples)
         ws = np.linspace(low[1], high[1], cfg.w_samples)

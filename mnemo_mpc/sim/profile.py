@@ -71,9 +71,11 @@ class ClosedLoopSetup:
             return judged_m
         return min(judged_m, self.profile.params.goal_tolerance_m)
 
-    def controller(self, warmstart: str | None = None, model: str | None = None, **overrides: Any) -> Any:
+    def controller(
+        self, warmstart: str | None = None, model: str | None = None, planner: str | None = None, **overrides: Any
+    ) -> Any:
         """The profile's controller (`Profile.controller`)."""
-        return self.profile.controller(warmstart, model, **overrides)
+        return self.profile.controller(warmstart, model, planner, **overrides)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, for the config a run writes next to its results."""
