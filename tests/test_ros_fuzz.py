@@ -12,6 +12,7 @@ import json
 import logging
 import random
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -137,6 +138,38 @@ def test_monitor_flags_each_kind_of_violation(scenario):
         tick(k, [0.3, 0.0])
     assert report.counts["stale_not_stopped"] > 0 and "stale_not_decelerating" not in report.counts
     tick(20, [0.35, 0.0])
+    assert report.counts["stale_not_decelerating"] == 1
+
+
+def test_monitor_holds_a_lag_compensating_node_to_the_inverse_of_its_limits(scenario):
+    """The Jackal's node inverts its drive's lags (0.2 / 0.15 s): to take the velocity a dt on in one step it commands
+    a dt / r, r = 1 - exp(-dt / lag). Such a step is the contract; one past (2 - r) a dt / r is a violation, as is a
+    braking command that passes zero by more than a dt / r."""
+    params = NavParams.from_yaml(Path(__file__).resolve().parents[1] / "config" / "robots" / "jackal.yaml")
+    robot = params.robot_model()
+    r = 1.0 - np.exp(-params.dt / np.array([params.dynamics_lag_v_s, params.dynamics_lag_w_s]))
+    inverse = robot.accel_limits * params.dt / r
+    report = FuzzReport(rate_hz=params.control_rate_hz)
+    monitor = Monitor(params, report)
+    f, s, t0 = scenario.factory, scenario.state, 100.0
+    monitor.delivered(Delivery("odometry", f.odometry(s.pose, s.velocity, t0), t0, "clean", "clean"))
+    monitor.delivered(Delivery("grid", f.grid(s.grid, t0), t0, "clean", "clean"))
+    monitor.tick(0, t0, inverse.copy(), _twist(*inverse))  # one inverted step from rest: the node's own
+    assert report.violations == 0, dict(report.counts)
+    beyond = inverse + (2.0 - r) * inverse * 1.05
+    monitor.tick(1, t0 + 0.04, beyond, _twist(*beyond))
+    assert dict(report.counts) == {"acceleration_limit": 1}
+    report.counts.clear()
+    # stale from here (no input fed): braking may pass zero by a dt / r, not further
+    monitor.last = np.array([0.05, 0.0])
+    monitor.stale_run = 0
+    late = t0 + 10.0
+    passing = np.array([0.05 - 0.9 * inverse[0], 0.0])
+    monitor.tick(2, late, passing, _twist(*passing))
+    assert "stale_not_decelerating" not in report.counts, dict(report.counts)
+    monitor.last = np.array([0.05, 0.0])
+    too_far = np.array([-1.1 * inverse[0], 0.0])
+    monitor.tick(3, late + 0.04, too_far, _twist(*too_far))
     assert report.counts["stale_not_decelerating"] == 1
 
 

@@ -19,12 +19,17 @@ node's contract (`Monitor`):
 * every tick within `FuzzConfig.max_tick_s` (1 s, 10-100 periods: a generous bound on a shared machine, far below
   the 1-6 s ticks a far goal once caused);
 * every published command is finite, within [v_min, v_max] x [-w_max, w_max], and differs from the previously
-  published one (initially (0, 0), kept across idle periods) by at most a_max T and alpha_max T;
+  published one (initially (0, 0), kept across idle periods) by at most a_max T and alpha_max T -- for a node that
+  compensates a lagging drive (`compensate_dynamics` with lags), by at most (2 - r) a dt / r per axis, r = 1 -
+  exp(-dt / lag), dt the MPC step: its command is the lag's inverse of a target within a dt of the velocity it
+  predicts (`nav.actuation`), |c_k - v_k| <= a dt / r, and the velocity follows the last command, |v_k - c_(k-1)| <=
+  (1 - r) |c_(k-1) - v_(k-1)|;
 * the published Twist carries that command; nothing is published only when the last published command was zero;
 * when the odometry or the grid is surely stale (no message of that kind that could be accepted arrived within
   `stale_timeout_s` before now - not after it: the clock may have gone back - stamped within `stale_timeout_s` of
   now or unstamped, sec = nanosec = 0 being ROS's "unset"), the command decelerates towards zero and is exactly
-  zero once the limits allow (one period of slack);
+  zero once the limits allow (one period of slack; a compensating node's braking command may pass zero by a dt / r,
+  and its velocity, not its command, is what decelerates at a: the lag and latency add their periods);
 * where the adapter exposes `last_rejection`: messages that must be dropped are, and clean ones are not.
 
 Each message is labelled: "clean" (the realistic stream), "may" (odd but usable, e.g. an unnormalised quaternion:
@@ -618,7 +623,17 @@ class Monitor:
         self.max_examples = max_examples
         self.period_s = 1.0 / params.control_rate_hz
         self.lower, self.upper = robot.control_lower, robot.control_upper
-        self.step = robot.accel_limits * self.period_s
+        self.step = robot.accel_limits * self.period_s  # the command's change per period (module docstring)
+        self.brake_step = self.step.copy()  # the velocity's, braking
+        self.overshoot = np.zeros(2)  # how far past zero a braking command may go
+        self.lag_ticks = 0  # periods the velocity trails the command by (latency and lag)
+        drive = params.actuation()
+        if drive is not None and not drive.is_identity:
+            r = drive.response(params.dt)
+            self.overshoot = robot.accel_limits * params.dt / r
+            self.step = np.maximum(self.step, (2.0 - r) * self.overshoot)
+            settle = drive.latency_s + 3.0 * max(drive.lag_v_s, drive.lag_w_s)  # within 5 % of a step
+            self.lag_ticks = int(math.ceil(settle / self.period_s))
         self.last = np.zeros(2)  # last published command
         self.fresh: dict[str, deque] = {"grid": deque(maxlen=4096), "odometry": deque(maxlen=4096)}
         self.stale_run = 0
@@ -700,18 +715,22 @@ class Monitor:
                 tick,
                 now,
                 f"command {cmd.tolist()} after {self.last.tolist()}: |delta| {delta.tolist()} > "
-                f"{self.step.tolist()} (a_max, alpha_max x T={self.period_s:g} s)",
+                f"{self.step.tolist()} (a_max, alpha_max x T={self.period_s:g} s, or the lag's inverse of it)",
             )
         if stale:
             if self.stale_run == 0:
                 self.stale_from = self.last.copy()
             self.stale_run += 1
-            toward_zero = np.all((np.abs(cmd) <= np.abs(self.last) + tol) & (cmd * self.last >= 0.0))
+            toward_zero = np.all(
+                (np.abs(cmd) <= np.maximum(np.abs(self.last), self.overshoot) + tol)
+                & ((cmd * self.last >= 0.0) | (np.abs(cmd) <= self.overshoot + tol))
+            )
             if not toward_zero:
                 self.violation(
                     "stale_not_decelerating", tick, now, f"stale input: {cmd.tolist()} after {self.last.tolist()}"
                 )
-            needed = int(np.max(np.ceil(np.abs(self.stale_from) / self.step - 1e-9)))
+            reach = np.abs(self.stale_from) + self.overshoot
+            needed = int(np.max(np.ceil(reach / self.brake_step - 1e-9))) + self.lag_ticks
             if self.stale_run > needed + 1 and np.any(cmd != 0.0):
                 self.violation(
                     "stale_not_stopped",
