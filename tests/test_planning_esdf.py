@@ -98,6 +98,39 @@ def test_window_crops_and_fills_unknown():
         grid.window(np.array([np.nan, 0.0]), (4, 4))
 
 
+@pytest.mark.parametrize("candidates", [8, 1])
+def test_exact_distance_equals_the_search_over_every_obstacle_square(monkeypatch, candidates):
+    """On a cluttered grid (random blocks, thick walls) the k-d tree's nearest squares give the brute-force search's
+    distance at every point, to round-off; with 1 candidate (the nearest centre, whose square is not always the
+    nearest) many take the fallback."""
+    import mnemo_mpc.planning.esdf as esdf
+
+    monkeypatch.setattr(esdf, "EXACT_CANDIDATES", candidates)
+    rng = np.random.default_rng(3)
+    res, data = 0.05, np.zeros((60, 80), np.int8)
+    for _ in range(25):
+        r, c, h, w = rng.integers(0, 55), rng.integers(0, 75), rng.integers(1, 6), rng.integers(1, 6)
+        data[r : r + h, c : c + w] = 100
+    data[:, :2] = 100
+    field = DistanceField(OccupancyGrid(data, res, (0.3, -0.2, 0.0)))
+    pts = rng.uniform([0.3, -0.2], [0.3 + 80 * res, -0.2 + 60 * res], size=(3000, 2))
+    got = field.exact_distance(pts)
+    rows, cols = np.nonzero(field.obstacles)
+    centres = field.grid.grid_to_world(np.stack([cols + 0.5, rows + 0.5], axis=-1).astype(float))
+    gap = np.maximum(np.abs(pts[:, None, :] - centres[None]) - 0.5 * res, 0.0)
+    truth = np.minimum(field.distance(pts), np.hypot(gap[..., 0], gap[..., 1]).min(axis=1))
+    near = field.distance(pts) < 0.3
+    np.testing.assert_allclose(got[near], truth[near], atol=1e-12)
+    np.testing.assert_array_equal(got[~near], field.distance(pts)[~near])
+    # The nearest centre's square is not always the nearest square (nor is the bilinear field below it here): cells
+    # (row 5, col 8) and (row 7, col 9), and a point 0.1724 m from the first's square, 0.1674 m from the second's.
+    data = np.zeros((16, 16), np.int8)
+    data[5, 8] = data[7, 9] = 100
+    two = DistanceField(OccupancyGrid(data, res))
+    point = np.array([[0.6217157045548705, 0.2350124725127891]])
+    assert two.exact_distance(point)[0] == pytest.approx(0.16744206225710012, abs=1e-12)
+
+
 def test_exact_distance_is_the_distance_to_the_obstacle_squares():
     """Beside a wall the bilinear field is exact; towards a box corner it overestimates (by up to ~0.2 resolution),
     and `exact_distance` does not: it is the distance to the nearest occupied square, checked by brute force."""

@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import numpy as np
 from scipy import ndimage
+from scipy.spatial import cKDTree
 
 from mnemo_mpc.errors import InputError
 from mnemo_mpc.planning.grid import OccupancyGrid
+
+# Nearest obstacle cells `DistanceField.exact_distance` reads a point's exact distance from (the rest proven farther).
+EXACT_CANDIDATES = 8
 
 UNKNOWN_POLICIES = ("occupied", "free")
 
@@ -141,7 +145,38 @@ class DistanceField:
         near = d < reach
         if not np.any(near):
             return d
+        tree, centres = self._obstacle_cells()
+        if tree is None:
+            return d
         pts = xy[near]  # (P, 2)
+        half = 0.5 * self.grid.resolution
+        # The k nearest cell centres hold the nearest square wherever the k-th is far enough: a square's distance is
+        # at least its centre's less half its diagonal. The rest (rare: k cells within 1 cm of the nearest's ring)
+        # are searched over every cell near them.
+        # Cells beyond reach + a cell are not wanted (`distance` stands there): the query stops at them (index
+        # len(centres), distance inf: the padding row).
+        k = min(EXACT_CANDIDATES, len(centres) - 1)
+        ring, idx = tree.query(pts, k=k, distance_upper_bound=reach + 2.0 * half)
+        ring, idx = ring.reshape(len(pts), k), idx.reshape(len(pts), k)
+        exact = _square_distance(pts[:, None, :], centres[idx], half).min(axis=1)
+        unsure = (ring[:, -1] - half * np.sqrt(2.0) < exact) & (k < len(centres) - 1)
+        if np.any(unsure):
+            exact[unsure] = self._exact_brute(pts[unsure], reach)
+        d[near] = np.minimum(d[near], exact)
+        return d
+
+    def _obstacle_cells(self) -> tuple[cKDTree | None, np.ndarray]:
+        """A k-d tree over the obstacle cells' centres (map frame), and the centres with a last row at infinity (what
+        a query's missing neighbours index); built once per field."""
+        if "obstacle_cells" not in self._cache:
+            rows, cols = np.nonzero(self.obstacles)
+            centres = self.grid.grid_to_world(np.stack([cols + 0.5, rows + 0.5], axis=-1).astype(float))
+            tree = cKDTree(centres) if rows.size else None
+            self._cache["obstacle_cells"] = (tree, np.concatenate([centres, np.full((1, 2), np.inf)]))
+        return self._cache["obstacle_cells"]
+
+    def _exact_brute(self, pts: np.ndarray, reach: float) -> np.ndarray:
+        """`exact_distance` at points (P, 2) over every obstacle cell within reach of their bounding box."""
         res = self.grid.resolution
         grow = reach + res
         (x0, y0), (x1, y1) = pts.min(axis=0) - grow, pts.max(axis=0) + grow
@@ -151,14 +186,18 @@ class DistanceField:
         r1, c1 = np.minimum(corners.max(axis=0) + 1, (h, w))
         rows, cols = np.nonzero(self.obstacles[r0:r1, c0:c1])
         if rows.size == 0:
-            return d
+            return np.full(len(pts), np.inf)
         centres = self.grid.grid_to_world(np.stack([cols + c0 + 0.5, rows + r0 + 0.5], axis=-1))  # (C, 2)
         exact = np.empty(len(pts))
         for k in range(0, len(pts), 256):  # bounded memory: 256 points x the cells at a time
-            gap = np.maximum(np.abs(pts[k : k + 256, None, :] - centres[None]) - 0.5 * res, 0.0)
-            exact[k : k + 256] = np.min(np.hypot(gap[..., 0], gap[..., 1]), axis=1)
-        d[near] = np.minimum(d[near], exact)
-        return d
+            exact[k : k + 256] = _square_distance(pts[k : k + 256, None, :], centres[None], 0.5 * res).min(axis=1)
+        return exact
+
+
+def _square_distance(points: np.ndarray, centres: np.ndarray, half: float) -> np.ndarray:
+    """Distance from `points` to the axis-aligned squares of half-side `half` at `centres` (broadcast, last axis 2)."""
+    gap = np.maximum(np.abs(points - centres) - half, 0.0)
+    return np.hypot(gap[..., 0], gap[..., 1])
 
 
 def signed_distance(obstacles: np.ndarray, resolution: float, pad_obstacle: bool = True) -> np.ndarray:
