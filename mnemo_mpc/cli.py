@@ -36,6 +36,7 @@ COMMANDS = (
     "dds_loop",
     "identify",
     "table",
+    "stalls",
     "ros_interfaces",
 )
 

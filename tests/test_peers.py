@@ -239,3 +239,36 @@ def test_bench_node_runs_each_planner_on_the_same_stream(tmp_path, capsys):
         assert run["tick_ms_with_controller"]["p50"] > 0
     printed = capsys.readouterr().out
     assert "node core (dwa)" in printed and "planner  ticks" in printed
+
+
+def test_path_progress_is_the_arc_length_at_the_point_nearest_the_horizon_end():
+    from mnemo_mpc.peers.stalls import path_progress
+
+    path = np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [1.0, 2.0]])
+    assert path_progress(path, np.array([[0.0, 0.0, 0.0], [0.9, 0.1, 0.0]])) == pytest.approx(1.0)
+    assert path_progress(path, np.array([[1.1, 1.9, 0.0]])) == pytest.approx(3.0)
+    assert path_progress(path, np.zeros((1, 3))) == 0.0
+    with pytest.raises(InputError, match="path_progress.path"):
+        path_progress(np.zeros(3), np.zeros((1, 3)))
+
+
+def test_stalls_compares_a_peer_and_the_mpc_on_the_same_step_problems(tmp_path, capsys):
+    """A 2 s episode (a timeout by construction): its last second's steps are each solved by the MPC too, from the
+    peer's own problem; one row per compared step, with both sides' progress along the followed path."""
+    import json
+
+    out = tmp_path / "stalls.json"
+    argv = ["stalls", "--controller", "dwa", "--seeds", "1006", "--time-limit", "2", "--window-s", "1", "--every", "2"]
+    assert main([*argv, "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    (world,) = result["worlds"]
+    assert world["outcome"] == "timeout" and world["seed"] == 1006 and len(world["rows"]) >= 3
+    for row in world["rows"]:
+        assert row["peer_progress_m"] >= 0.0
+        assert row["mpc_converged"] is False or row["mpc_progress_m"] >= 0.0
+    # still driving into the world at the end: both sides' horizons get on along the path
+    assert result["summary"]["mpc_goes_on"] >= 1 and result["summary"]["peer_goes_on"] >= 1
+    assert result["summary"]["steps"] == len(world["rows"])
+    assert "over " in capsys.readouterr().out
+    assert main(["stalls", "--controller", "dwa", "--seeds", "10x6", "--out", str(out)]) == 2
+    assert "--seeds" in capsys.readouterr().err

@@ -12,7 +12,8 @@ fuzz test (malformed, huge, mis-stamped, clock resets) and reports the contract'
 Output: `tick_ms` {p50, p95, p99, max, mean}, `rate_hz_p50` = 1000 / tick_ms.p50, `tick_ms_by_status`,
 `period_ms`, `controller_ms` and `solve_ms` (the controller step and the SQP inside the tick), `callback_ms` per
 topic and over all, counts (messages, ticks, statuses, violations, ticks over the
-period), `config` and `version`.
+period), `config` and `version`. `--controller mpc,mppi,dwa` (issue 30) runs the node core once per planner (the
+node's `local_planner`) on the same scenario: each result under `planners`, and `table`, a row per planner.
 """
 
 from __future__ import annotations
