@@ -299,6 +299,7 @@ EXCEPTIONS: dict[str, dict[str, list[str]]] = {
             "test_every_hostile_message_survives_the_wire",
             "test_the_stream_is_seeded",
             "test_monitor_flags_each_kind_of_violation",
+            "test_monitor_holds_a_lag_compensating_node_to_the_inverse_of_its_limits",
             "test_far_goals_sweep_every_decade_and_are_labelled_by_the_accepted_band",
             "test_episodes_without_a_global_path_clear_a_hostile_one",
         ]
@@ -338,6 +339,7 @@ SLOW_IN_PROCESS: dict[str, list[str]] = {
     "test_memory_attention": ["test_stabilisation_does_not_change_attention"],
     "test_memory_features": ["test_kernel_estimate_is_unbiased", "test_orthogonal_rows_are_marginally_gaussian"],
     "test_nav_actuation": ["test_node_limiter_allows_the_lag_inverse"],
+    "test_peers": ["test_window_of_a_lagging_drive_holds_only_velocities_it_reaches"],  # builds the Jackal's MPC
     "test_nav_controller": [
         "test_a_turn_that_would_hit_a_wall_stops_and_says_so",
         "test_rti_checks_its_iterate_over_the_horizon_as_a_converged_plan_is",

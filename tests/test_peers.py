@@ -224,23 +224,6 @@ def test_local_planner_parameter_builds_the_peer_for_the_node_and_the_commands(t
         NavParams(local_planner="rpp")
 
 
-def test_bench_node_runs_each_planner_on_the_same_stream(tmp_path, capsys):
-    """`bench node --controller mpc,dwa`: one JSON, a row per planner, each planner's node core on the same scenario."""
-    import json
-
-    out = tmp_path / "node.json"
-    assert main(["bench", "node", "--ticks", "30", "--controller", "mpc,dwa", "--no-progress", "--out", str(out)]) == 0
-    result = json.loads(out.read_text())
-    assert [row["controller"] for row in result["table"]] == ["mpc", "dwa"]
-    for name in ("mpc", "dwa"):
-        run = result["planners"][name]
-        assert run["controller"] == name and run["counts"]["ticks"] == 30
-        assert run["counts"]["messages"] == result["planners"]["mpc"]["counts"]["messages"]
-        assert run["tick_ms_with_controller"]["p50"] > 0
-    printed = capsys.readouterr().out
-    assert "node core (dwa)" in printed and "planner  ticks" in printed
-
-
 def test_path_progress_is_the_arc_length_at_the_point_nearest_the_horizon_end():
     from mnemo_mpc.peers.stalls import path_progress
 
@@ -250,25 +233,3 @@ def test_path_progress_is_the_arc_length_at_the_point_nearest_the_horizon_end():
     assert path_progress(path, np.zeros((1, 3))) == 0.0
     with pytest.raises(InputError, match="path_progress.path"):
         path_progress(np.zeros(3), np.zeros((1, 3)))
-
-
-def test_stalls_compares_a_peer_and_the_mpc_on_the_same_step_problems(tmp_path, capsys):
-    """A 2 s episode (a timeout by construction): its last second's steps are each solved by the MPC too, from the
-    peer's own problem; one row per compared step, with both sides' progress along the followed path."""
-    import json
-
-    out = tmp_path / "stalls.json"
-    argv = ["stalls", "--controller", "dwa", "--seeds", "1006", "--time-limit", "2", "--window-s", "1", "--every", "2"]
-    assert main([*argv, "--out", str(out)]) == 0
-    result = json.loads(out.read_text())
-    (world,) = result["worlds"]
-    assert world["outcome"] == "timeout" and world["seed"] == 1006 and len(world["rows"]) >= 3
-    for row in world["rows"]:
-        assert row["peer_progress_m"] >= 0.0
-        assert row["mpc_converged"] is False or row["mpc_progress_m"] >= 0.0
-    # still driving into the world at the end: both sides' horizons get on along the path
-    assert result["summary"]["mpc_goes_on"] >= 1 and result["summary"]["peer_goes_on"] >= 1
-    assert result["summary"]["steps"] == len(world["rows"])
-    assert "over " in capsys.readouterr().out
-    assert main(["stalls", "--controller", "dwa", "--seeds", "10x6", "--out", str(out)]) == 2
-    assert "--seeds" in capsys.readouterr().err

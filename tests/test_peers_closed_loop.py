@@ -17,6 +17,7 @@ import json
 import numpy as np
 import pytest
 
+from mnemo_mpc.cli import main
 from mnemo_mpc.nav.controller import ControllerConfig
 from mnemo_mpc.peers import make_controller
 from mnemo_mpc.planning.esdf import DistanceField
@@ -185,3 +186,42 @@ def test_eval_of_several_controllers_keeps_the_finished_ones_when_a_later_one_fa
         and res["controllers"] == ["mpc"]
         and [r["controller"] for r in res["table"]] == ["mpc"]
     )
+
+
+def test_bench_node_runs_each_planner_on_the_same_stream(tmp_path, capsys):
+    """`bench node --controller mpc,dwa`: one JSON, a row per planner, each planner's node core on the same scenario."""
+    import json
+
+    out = tmp_path / "node.json"
+    assert main(["bench", "node", "--ticks", "30", "--controller", "mpc,dwa", "--no-progress", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert [row["controller"] for row in result["table"]] == ["mpc", "dwa"]
+    for name in ("mpc", "dwa"):
+        run = result["planners"][name]
+        assert run["controller"] == name and run["counts"]["ticks"] == 30
+        assert run["counts"]["messages"] == result["planners"]["mpc"]["counts"]["messages"]
+        assert run["tick_ms_with_controller"]["p50"] > 0
+    printed = capsys.readouterr().out
+    assert "node core (dwa)" in printed and "planner  ticks" in printed
+
+
+def test_stalls_compares_a_peer_and_the_mpc_on_the_same_step_problems(tmp_path, capsys):
+    """A 2 s episode (a timeout by construction): its last second's steps are each solved by the MPC too, from the
+    peer's own problem; one row per compared step, with both sides' progress along the followed path."""
+    import json
+
+    out = tmp_path / "stalls.json"
+    argv = ["stalls", "--controller", "dwa", "--seeds", "1006", "--time-limit", "2", "--window-s", "1", "--every", "2"]
+    assert main([*argv, "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    (world,) = result["worlds"]
+    assert world["outcome"] == "timeout" and world["seed"] == 1006 and len(world["rows"]) >= 3
+    for row in world["rows"]:
+        assert row["peer_progress_m"] >= 0.0
+        assert row["mpc_converged"] is False or row["mpc_progress_m"] >= 0.0
+    # still driving into the world at the end: both sides' horizons get on along the path
+    assert result["summary"]["mpc_goes_on"] >= 1 and result["summary"]["peer_goes_on"] >= 1
+    assert result["summary"]["steps"] == len(world["rows"])
+    assert "over " in capsys.readouterr().out
+    assert main(["stalls", "--controller", "dwa", "--seeds", "10x6", "--out", str(out)]) == 2
+    assert "--seeds" in capsys.readouterr().err
