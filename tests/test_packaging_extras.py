@@ -39,6 +39,7 @@ OPTIONAL = {
     "mnemo_mpc/ros/convert.py": {"rosbags"},  # MessageTypes.from_rosbags: bag replay and the tests
     "mnemo_mpc/ros/tracks.py": {"rosbags"},  # MarkerTypes.from_rosbags: the tests
     "mnemo_mpc/warmstart/export.py": {"torch", "onnx", "onnxruntime"},  # export (runtime imports its constants)
+    "mnemo_mpc/peers/__init__.py": {"pytorch_mppi"},  # local_planner mppi: the [peers] extra, else one clear error
 }
 
 

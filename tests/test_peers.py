@@ -225,7 +225,7 @@ def test_local_planner_parameter_builds_the_peer_for_the_node_and_the_commands(t
 
 
 def test_path_progress_is_the_arc_length_at_the_point_nearest_the_horizon_end():
-    from mnemo_mpc.peers.stalls import path_progress
+    from mnemo_mpc.sim.stalls import path_progress
 
     path = np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [1.0, 2.0]])
     assert path_progress(path, np.array([[0.0, 0.0, 0.0], [0.9, 0.1, 0.0]])) == pytest.approx(1.0)

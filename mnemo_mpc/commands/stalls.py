@@ -1,5 +1,5 @@
 """`mnemo-mpc stalls --controller mppi|dwa --seeds S[,S...] --out F.json`: where a peer planner stalls, and what the
-MPC does on the same step's problem (`mnemo_mpc.peers.stalls`; issue 30's measured causes, docs/peers.md).
+MPC does on the same step's problem (`mnemo_mpc.sim.stalls`; issue 30's measured causes, docs/peers.md).
 
 One episode per seed (world kind `--kind`, dense by default; `--params` and `--realism` as for `eval`); for each that
 does not succeed, every `--every`-th step of its last `--window-s` seconds is solved by the MPC too. Prints a line per
@@ -54,8 +54,8 @@ def handler(args: argparse.Namespace) -> int:
 
     from mnemo_mpc import __version__
     from mnemo_mpc.atomic import atomic_write_json
-    from mnemo_mpc.peers.stalls import stall_report, summarize
     from mnemo_mpc.sim.profile import closed_loop_setup
+    from mnemo_mpc.sim.stalls import stall_report, summarize
     from mnemo_mpc.sim.worlds import generate_world
 
     setup = closed_loop_setup(params, real_time=True, realism=args.realism)
