@@ -748,10 +748,9 @@ class Controller:
     def as_driven(self, controls: np.ndarray, velocity: np.ndarray) -> np.ndarray:
         """`controls` (M, 2) with the first replaced by the velocity the drive reaches one period on from `velocity`
         when asked for it (`ActuationModel.reached`: the lag-inverting command clipped to the velocity limits, as
-        `step` sends it); unchanged for an ideal drive. A check that took the first control as reached passed a
-        DWA turn the Jackal could not make: asked for -1.66 rad/s from -1.48, the command clipped at -2.0 and the body
-        reached -1.61; each step's swing differed from the one checked, and the stop after the last ended on a lane's
-        wall (dense-1055)."""
+        `step` sends it); unchanged for an ideal drive. A check that took the first control as reached checked a
+        turn the Jackal does not make: DWA, turning at -1.48 rad/s, asked for -1.66, the command clipped at -2.0 and
+        the body reached -1.61 (dense-1055; that episode's collision had another cause, docs/peers.md)."""
         controls = np.array(controls, dtype=float).reshape(-1, 2)
         if self._actuation is not None and controls.shape[0]:
             low, high = self.robot.control_lower, self.robot.control_upper
