@@ -1,7 +1,11 @@
 """The realistic input stream of the node core (`NavAdapter`), closed loop on a simulated clock (issue 9).
 
 A robot drives in generated worlds (`mnemo_mpc.sim.worlds`, small ones so that episodes end and restart): it
-follows the published commands exactly (`RobotModel.step`, the kinematic unicycle), its odometry arrives at
+follows the published commands (`RobotModel.step`, the kinematic unicycle) exactly -- or, for a profile whose drive
+the node compensates (`compensate_dynamics` with a latency or lags), through that drive: each command acts
+`latency_s` after it is published and each velocity follows it as a first-order lag, the model the node inverts
+(`nav.actuation`; an exact robot under a node that over-drives it to beat a lag it does not have overshot every goal:
+the Jackal reached none of its episodes' goals in `bench node`). Its odometry arrives at
 `odom_rate_hz`, the local grid (the world's ground truth cropped with `OccupancyGrid.window` to a
 `window_cells`-square window around the robot) at `grid_rate_hz`, and each episode's goal (and, usually, a global
 path) once, as ROS 2 messages (rosbags' classes). The clock misbehaves as a real one may: sensor dropouts, and the
@@ -29,6 +33,8 @@ TOPICS = ("grid", "odometry", "goal", "path")
 # header stamp -> arrival, per topic: each stream's stamps are in order, and a hostile message of a topic is stamped
 # like the stream it imitates (unless its stamp is the point)
 LATENCY_S = {"odometry": 0.005, "grid": 0.05, "goal": 0.0, "path": 0.0}
+DRIVE_STEP_S = 0.005  # integration step of a lagging drive (`Scenario._drive_period`)
+REST_M_S = 1e-3  # a lagging drive's velocity decays to 0 and never reaches it: below this it is at rest
 
 
 @dataclass(frozen=True)
@@ -119,7 +125,7 @@ class Episode:
 @dataclass
 class ScenarioState:
     pose: np.ndarray
-    velocity: np.ndarray  # what the robot does: the last published command
+    velocity: np.ndarray  # what the robot does: the last published command (through the drive, when it lags)
     episode: Episode
     grid: OccupancyGrid  # the current local window
 
@@ -138,6 +144,10 @@ class Scenario:
         self.factory = factory or MessageFactory(params.frame_id)
         self.robot = params.robot_model()
         self.period_s = 1.0 / params.control_rate_hz
+        drive = params.actuation()
+        self.drive = drive if drive is not None and not drive.is_identity else None
+        self._in_flight: list[tuple[float, np.ndarray]] = []  # (acts from, command), published, not acting yet
+        self._acting = np.zeros(2)
         self.now = cfg.start_s
         self.world_config = WorldConfig(
             size_m=(cfg.world_size_m, cfg.world_size_m),
@@ -173,6 +183,21 @@ class Scenario:
         """Draw a subclass's rare events over the run's estimated `horizon` ticks (none here)."""
 
     # --- episodes ---
+    def _drive_period(self, s: ScenarioState, command: np.ndarray | None) -> None:
+        """One period of the lagging drive (module docstring): `command` acts from now + latency; in between, the one
+        before it; each velocity follows the acting command, v <- v + (c - v)(1 - exp(-h / lag)), in DRIVE_STEP_S."""
+        if command is not None:
+            self._in_flight.append((self.now + self.drive.latency_s, np.asarray(command, dtype=float).copy()))
+        steps = max(1, math.ceil(self.period_s / DRIVE_STEP_S - 1e-9))
+        h = self.period_s / steps
+        response = self.drive.response(h)
+        for i in range(steps):
+            while self._in_flight and self._in_flight[0][0] <= self.now + i * h + 1e-12:
+                self._acting = self._in_flight.pop(0)[1]
+            new = s.velocity + response * (self._acting - s.velocity)
+            s.pose = self.robot.step(s.pose, 0.5 * (s.velocity + new), h)
+            s.velocity = new
+
     def _new_episode(self, velocity: np.ndarray) -> ScenarioState:
         from mnemo_mpc.errors import MnemoError
         from mnemo_mpc.planning.global_path import plan_global_path
@@ -258,9 +283,12 @@ class Scenario:
     def advance(self, command: np.ndarray | None) -> None:
         """The robot follows the published command (kept when nothing is published) for one period."""
         s = self.state
-        if command is not None:
-            s.velocity = np.asarray(command, dtype=float).copy()
-        s.pose = self.robot.step(s.pose, s.velocity, self.period_s)
+        if self.drive is None:
+            if command is not None:
+                s.velocity = np.asarray(command, dtype=float).copy()
+            s.pose = self.robot.step(s.pose, s.velocity, self.period_s)
+        else:
+            self._drive_period(s, command)
         s.pose[2] = math.atan2(math.sin(s.pose[2]), math.cos(s.pose[2]))
         self.now += self.period_s
         self.tick += 1
@@ -271,7 +299,7 @@ class Scenario:
         collided = not g.in_bounds(rc) or bool(s.episode.occupied[int(rc[0]), int(rc[1])])
         self.collisions += collided
         near_goal = float(np.hypot(*(s.pose[:2] - s.episode.goal[:2]))) <= self.params.goal_tolerance_m
-        at_rest = near_goal and not np.any(s.velocity)
+        at_rest = near_goal and not np.any(np.abs(s.velocity) > (REST_M_S if self.drive is not None else 0.0))
         self._idle_ticks = self._idle_ticks + 1 if at_rest else 0
         timed_out = not 0.0 <= self.now - s.episode.started_s <= self.cfg.episode_s  # or the clock went back
         if self._idle_ticks >= 3 or timed_out or collided:
