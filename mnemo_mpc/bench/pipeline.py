@@ -148,7 +148,7 @@ def run(cfg: PipelineConfig, progress: bool = True) -> dict:
             "(train one: docs/cli.md 'Your own robot, your own warm start'; or give --model FILE.onnx)"
         )
     model = WarmStartModel(path, robot, mpc_config.N, mpc_config.dt)
-    driver = replace(setup, profile=replace(setup.profile, mpc=mpc_config)).controller("shift", None)
+    driver = replace(setup, profile=replace(setup.profile, mpc=mpc_config)).controller("shift", None, "mpc")
     ahead = Prefetcher(model, robot, mpc_config.dt)  # one worker thread for the run, as the controller keeps one
     acc: dict[str, dict[str, list[Solve]]] = {
         m: {"fresh": [], "steady": []} for m in (*MODES, "learned_in_step", "rti")

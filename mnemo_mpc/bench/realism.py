@@ -116,9 +116,9 @@ def run_cell(cfg: RealismBenchConfig, latency_periods: float, lag_s: float, cont
     sim_cfg = dataclasses.replace(setup.sim, realism=realism)
     tol = {"goal_tolerance_m": EpisodeConfig().goal_tolerance_m}  # as eval: the robot knows its pose here
     if controller == "plain":
-        ctrl = setup.controller("shift", actuation=None, clear_footprint=False, **tol)
+        ctrl = setup.controller("shift", None, "mpc", actuation=None, clear_footprint=False, **tol)
     else:
-        ctrl = setup.controller("shift", actuation=ActuationModel(latency, lag_s, lag_w), **tol)
+        ctrl = setup.controller("shift", None, "mpc", actuation=ActuationModel(latency, lag_s, lag_w), **tol)
     episodes = []
     with Simulator(sim_cfg) as sim:
         for i, seed in enumerate(range(cfg.seed, cfg.seed + cfg.worlds)):
