@@ -476,15 +476,16 @@ class NavParams:
 
     def actuation(self) -> Any:
         """The controller's model of the drive (`mnemo_mpc.nav.actuation.ActuationModel`), None when
-        compensate_dynamics is off."""
+        compensate_dynamics is off or the drive is ideal (no latency, no lag: nothing to compensate)."""
         from mnemo_mpc.nav.actuation import ActuationModel
 
         if not self.compensate_dynamics:
             return None
         try:
-            return ActuationModel(self.dynamics_latency_s, self.dynamics_lag_v_s, self.dynamics_lag_w_s)
+            model = ActuationModel(self.dynamics_latency_s, self.dynamics_lag_v_s, self.dynamics_lag_w_s)
         except InputError as exc:
             raise InputError(f"parameter dynamics.{exc}") from exc
+        return None if model.is_identity else model
 
     def mpc_config(self, real_time: bool = True) -> Any:
         """The MPC these parameters describe. `real_time` (the node, demo, eval): every solve bounded by

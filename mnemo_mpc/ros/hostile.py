@@ -628,7 +628,7 @@ class Monitor:
         self.overshoot = np.zeros(2)  # how far past zero a braking command may go
         self.lag_ticks = 0  # periods the velocity trails the command by (latency and lag)
         drive = params.actuation()
-        if drive is not None and not drive.is_identity:
+        if drive is not None:
             r = drive.response(params.dt)
             self.overshoot = robot.accel_limits * params.dt / r
             self.step = np.maximum(self.step, (2.0 - r) * self.overshoot)

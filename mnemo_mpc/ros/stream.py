@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from mnemo_mpc.nav.actuation import CommandHistory
 from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.profile import NavParams
 from mnemo_mpc.ros import convert
@@ -33,7 +34,6 @@ TOPICS = ("grid", "odometry", "goal", "path")
 # header stamp -> arrival, per topic: each stream's stamps are in order, and a hostile message of a topic is stamped
 # like the stream it imitates (unless its stamp is the point)
 LATENCY_S = {"odometry": 0.005, "grid": 0.05, "goal": 0.0, "path": 0.0}
-DRIVE_STEP_S = 0.005  # integration step of a lagging drive (`Scenario._drive_period`)
 REST_M_S = 1e-3  # a lagging drive's velocity decays to 0 and never reaches it: below this it is at rest
 
 
@@ -144,10 +144,8 @@ class Scenario:
         self.factory = factory or MessageFactory(params.frame_id)
         self.robot = params.robot_model()
         self.period_s = 1.0 / params.control_rate_hz
-        drive = params.actuation()
-        self.drive = drive if drive is not None and not drive.is_identity else None
-        self._in_flight: list[tuple[float, np.ndarray]] = []  # (acts from, command), published, not acting yet
-        self._acting = np.zeros(2)
+        self.drive = params.actuation()  # None: the robot follows the commands exactly
+        self._sent = CommandHistory(self.drive) if self.drive is not None else None
         self.now = cfg.start_s
         self.world_config = WorldConfig(
             size_m=(cfg.world_size_m, cfg.world_size_m),
@@ -183,21 +181,6 @@ class Scenario:
         """Draw a subclass's rare events over the run's estimated `horizon` ticks (none here)."""
 
     # --- episodes ---
-    def _drive_period(self, s: ScenarioState, command: np.ndarray | None) -> None:
-        """One period of the lagging drive (module docstring): `command` acts from now + latency; in between, the one
-        before it; each velocity follows the acting command, v <- v + (c - v)(1 - exp(-h / lag)), in DRIVE_STEP_S."""
-        if command is not None:
-            self._in_flight.append((self.now + self.drive.latency_s, np.asarray(command, dtype=float).copy()))
-        steps = max(1, math.ceil(self.period_s / DRIVE_STEP_S - 1e-9))
-        h = self.period_s / steps
-        response = self.drive.response(h)
-        for i in range(steps):
-            while self._in_flight and self._in_flight[0][0] <= self.now + i * h + 1e-12:
-                self._acting = self._in_flight.pop(0)[1]
-            new = s.velocity + response * (self._acting - s.velocity)
-            s.pose = self.robot.step(s.pose, 0.5 * (s.velocity + new), h)
-            s.velocity = new
-
     def _new_episode(self, velocity: np.ndarray) -> ScenarioState:
         from mnemo_mpc.errors import MnemoError
         from mnemo_mpc.planning.global_path import plan_global_path
@@ -283,12 +266,14 @@ class Scenario:
     def advance(self, command: np.ndarray | None) -> None:
         """The robot follows the published command (kept when nothing is published) for one period."""
         s = self.state
-        if self.drive is None:
+        if self._sent is None:
             if command is not None:
                 s.velocity = np.asarray(command, dtype=float).copy()
             s.pose = self.robot.step(s.pose, s.velocity, self.period_s)
-        else:
-            self._drive_period(s, command)
+        else:  # the drive the node inverts, as the node's own prediction models it (`CommandHistory.predict`)
+            if command is not None:
+                self._sent.record(self.now, command)
+            s.pose, s.velocity = self._sent.predict(s.pose, s.velocity, self.now, self.now + self.period_s)
         s.pose[2] = math.atan2(math.sin(s.pose[2]), math.cos(s.pose[2]))
         self.now += self.period_s
         self.tick += 1

@@ -86,7 +86,7 @@ def stall_report(
         )
     m = result.metrics
     report: dict[str, Any] = {
-        "world": m.get("world", world.name if hasattr(world, "name") else None),
+        "world": m["world"],
         "outcome": m["outcome"],
         "time_s": m["time_s"],
         "final_dist_to_goal_m": m["final_dist_to_goal_m"],
