@@ -15,7 +15,7 @@ import yaml
 from mnemo_mpc.errors import InputError
 from mnemo_mpc.planning.footprint import Footprint
 from mnemo_mpc.planning.robot import RobotModel
-from mnemo_mpc.profile import NavParams
+from mnemo_mpc.profile import NavParams, build
 from mnemo_mpc.sim.robot import (
     URDF_PATH,
     DiffDriveRobot,
@@ -152,6 +152,32 @@ def test_a_round_robot_model_is_not_used_for_a_polygon_robot_of_the_same_radius_
     with pytest.raises(InputError, match="footprint"):
         check_compatible(info, box, cfg.N, cfg.dt)
     assert find_model(box, cfg.N, cfg.dt) is None
+
+
+# The model trained for each shipped profile (issue 25: one model per shipped profile); `auto` must pick it.
+MODEL_FOR = {
+    "generic_disc": "mnemo_vit_favor_plus_n30.onnx",
+    "turtlebot3_burger": "mnemo_vit_favor_plus_turtlebot3_burger_n30.onnx",
+    "turtlebot3_waffle": "mnemo_vit_favor_plus_turtlebot3_waffle_n30.onnx",
+    "jackal": "mnemo_vit_favor_plus_jackal_n30.onnx",
+}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_shipped_profile_gets_the_model_trained_for_it(name, monkeypatch):
+    """`auto` on each shipped profile finds the model collected and trained with that profile (metadata: robot,
+    horizon, step), in the checkout's models/ alone, and no other robot's model fits it."""
+    from mnemo_mpc.warmstart.runtime import check_compatible, find_model, read_metadata
+
+    models = PROFILES.parents[1] / "models"
+    monkeypatch.setenv("MNEMO_MPC_MODELS", str(models))
+    profile = build(NavParams.from_yaml(PROFILES / f"{name}.yaml"))
+    robot, n, dt = profile.robot, profile.mpc.N, profile.mpc.dt
+    path = find_model(robot, n, dt)
+    assert path is not None and path.name == MODEL_FOR[name]
+    for other in set(MODEL_FOR.values()) - {MODEL_FOR[name]}:
+        with pytest.raises(InputError):
+            check_compatible(read_metadata(models / other)[1], robot, n, dt)
 
 
 def test_the_passage_margin_floor_is_a_profile_value_within_the_safety_margin():
