@@ -513,6 +513,7 @@ def test_mpc_config_rejects_bad_values_naming_the_field(field, value):
         ("reuse_previous_plan", "no"),
         ("warm_start", "warm"),
         ("prefetch_start", "yes"),
+        ("solve_ahead", "yes"),
         ("sqp_mode", "two"),
     ],
 )

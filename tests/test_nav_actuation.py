@@ -190,3 +190,32 @@ def test_node_limiter_allows_the_lag_inverse():
     assert instant.limit(big)[0] == pytest.approx(JACKAL.a_max / JACKAL.control_rate_hz)
     step = JACKAL.a_max / JACKAL.control_rate_hz / (1 - math.exp(-1 / JACKAL.control_rate_hz / JACKAL.dynamics_lag_v_s))
     assert lagging.limit(big)[0] == pytest.approx(step)
+
+
+def test_the_next_problem_starts_where_the_next_step_plans_from():
+    """A lagging drive: `Controller.next_problem` predicts the next step's start through the commands sent
+    (`CommandHistory.predict`, the command just sent included), so for a robot that moves as the model says the
+    prediction is where the next step plans from. The plan's own state one knot on assumes the robot at its first
+    control all period; the loops take that period to reach it (the learned start solved ahead is made for this
+    prediction: `nav.prefetch`)."""
+    m = ActuationModel(latency_s=0.05, lag_v_s=0.2, lag_w_s=0.15)
+    ctrl = Controller(config=ControllerConfig(actuation=m, rotation_shim=None), mpc_config=MPCConfig(fallback=None))
+    plant = CommandHistory(m)  # the robot: the same loops, driven by the commands the controller sends
+    grid, goal, dt = _free_grid(), np.array([1.5, 0.4, 0.0]), ctrl.mpc_config.dt
+    pose, vel, t = np.zeros(3), np.zeros(2), 0.0
+    predicted = plan_says = None
+    ours, plans = [], []
+    for _ in range(10):
+        out = ctrl.step(grid, pose, vel, goal, now_s=t)
+        assert out.status == "planned"
+        if predicted is not None:
+            ours.append(np.abs(predicted - out.start_state).max())
+            plans.append(np.abs(plan_says - out.start_state).max())
+        problem, _ = ctrl.next_problem(out)
+        predicted = np.concatenate([problem.pose, problem.velocity])
+        plan_says = np.concatenate([out.plan.states[1], out.plan.controls[0]])
+        plant.record(t, out.command)
+        pose, vel = plant.predict(pose, vel, t, t + dt)
+        t += dt
+    assert max(ours) < 1e-9
+    assert max(plans) > 0.01  # the plan's velocity one knot on, during the acceleration

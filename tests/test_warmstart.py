@@ -323,7 +323,7 @@ def test_bench_pipeline_and_the_study_run_on_a_model(exported, tmp_path, monkeyp
 
     _, path, _ = exported
     result = run(PipelineConfig(worlds=1, stride=10, max_steps=60, model=str(path)), progress=False)
-    assert set(result["modes"]) == {"cold", "shift", "learned", "hybrid", "learned_in_step", "rti"}
+    assert set(result["modes"]) == {"cold", "shift", "learned", "hybrid", "learned_model", "learned_in_step", "rti"}
     assert (
         result["modes"]["rti"]["steady"]["iterations"]["p95"] == 1.0
         and "cost_gap_rel" in result["modes"]["rti"]["fresh"]
@@ -335,7 +335,10 @@ def test_bench_pipeline_and_the_study_run_on_a_model(exported, tmp_path, monkeyp
             assert set(s["total_ms"]) == {"p50", "p95", "p99"}
     hard = result["modes"]["learned"]["fresh"]["where_cold_needs_4_or_more"]
     assert hard["n"] == result["modes"]["cold"]["fresh"]["where_cold_needs_4_or_more"]["n"]
-    assert set(result["modes"]["hybrid"]["steady"]["starts_used"]) == {"shift"}  # choose_start: no model on the step
+    # choose_start: no model on the step; the shift, or the shift solved ahead on the worker
+    assert set(result["modes"]["hybrid"]["steady"]["starts_used"]) <= {"shift", "ahead"}
+    ahead = result["prefetch"]["solve_ahead"]
+    assert 0 < ahead["converged"] <= ahead["solves"] and ahead["time_ms"]["p50"] > 0
     assert set(result["modes"]["learned"]["fresh"]["starts_used"]) <= {"learned", "learned_prefetched"}
     assert 0 < result["prefetch"]["fitted"] <= result["prefetch"]["recorded"]
     assert set(result["ratios"]) == {"fresh_learned_vs_cold_total_p50", "steady_hybrid_vs_shift_total_p50"}
@@ -345,6 +348,26 @@ def test_bench_pipeline_and_the_study_run_on_a_model(exported, tmp_path, monkeyp
     out = run_study("mpc_warmstart", tmp_path, mode="quick")
     assert "learned_start_cuts_iterations" in out["claims"] and out["figures"] == ["mpc_warmstart.png"]
     assert "paper: cold" in (tmp_path / "mpc_warmstart" / "summary.md").read_text()
+
+
+def test_bench_pipeline_skips_a_problem_no_start_can_solve(exported, monkeypatch):
+    """A recorded step whose problem has no solution (the harsh generic robot met a sub-goal in an occupied cell) is
+    counted and left out, not the end of the benchmark."""
+    import mnemo_mpc.bench.pipeline as pipeline
+    from mnemo_mpc.errors import InfeasibleProblemError
+
+    _, path, _ = exported
+    record, calls = pipeline._record, []
+
+    def first_unsolvable(*args):
+        calls.append(1)
+        if len(calls) == 1:
+            raise InfeasibleProblemError("goal (1.0, 2.0) lies in an occupied cell (3, 4)")
+        return record(*args)
+
+    monkeypatch.setattr(pipeline, "_record", first_unsolvable)
+    result = pipeline.run(pipeline.PipelineConfig(worlds=1, stride=10, max_steps=40, model=str(path)), progress=False)
+    assert result["config"]["unsolvable_steps"] == 1 and result["prefetch"]["recorded"] == len(calls) - 1 >= 1
 
 
 def test_the_pipeline_total_is_the_critical_path():

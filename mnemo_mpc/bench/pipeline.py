@@ -3,16 +3,20 @@
 Closed-loop episodes in generated worlds whose seeds no training store uses (`seed` + i; `collect` draws from
 1,000,000 up, `eval` from 1000) run in the simulator, driven by the shift-started MPC so that every mode faces the
 same problems. At every `stride`-th step (and the first) the step's problem (local grid, pose, velocity, sub-goal,
-reference) is solved once per start:
+reference, the clearance margin it kept) is solved once per start:
 
-* **fresh** (no previous solution: the first step of a goal, after a rotation to the path or a recovery): `cold`
-  (hold the pose), `learned` (the model's start as the controller gets it: predicted during the previous period for
-  the start that step predicted, with the sub-goal and reference its path gives there, `Controller.next_problem` and
-  `nav.prefetch`, re-anchored here; on the run's first step, or where the prediction does not fit the start, run on
-  the step), `hybrid` (`nav.controller.choose_start`: with no shift, the learned
-  start -- the same solve); `shift` has nothing to shift and falls back to cold, so its fresh figures are cold's;
+* **fresh** (no previous solution: the first step of a goal, after a rotation to the path or a recovery): `cold` (hold
+  the pose), `learned` (the start as the controller gets it: the model's, predicted during the previous period for the
+  start that step predicted, with the sub-goal and reference its path gives there, `Controller.next_problem` and
+  `nav.prefetch`, and that predicted problem solved from it on the worker ("solved ahead", `Controller._solve_ahead`),
+  re-anchored here; on the run's first step, or where the prediction does not fit the start, run on the step),
+  `learned_model` (the model's prefetched start alone, not solved ahead), `hybrid` (`nav.controller.choose_start`: with
+  no shift, the learned start -- the same solve); `shift` has nothing to shift and falls back to cold, so its fresh
+  figures are cold's;
 * **steady** (mid-run): `cold`, `shift` (previous solution shifted, with its multipliers), `learned` (prefetched as
-  above), `hybrid` (the rule takes the shift: the same solve, and no model on the step).
+  above), `hybrid` (the rule takes the shift, and no model on the step; the controller's worker has solved the
+  predicted problem from it during the previous period, where the previous solve took more than one iteration, and
+  the step starts from that solution where it converged: the start "ahead").
 
 `learned_in_step` is the start as the controller took it before issue 25: the model run on the step from the step's
 own problem (input features, session, rollout), before the solve. `rti` is `ControllerConfig.sqp_mode` "rti": one
@@ -27,7 +31,7 @@ for -- the solve, plus for a prefetched start taking it (checks and the rollout 
 start computed on the step its inference. The prefetched inference runs off the critical path (the worker is
 waited for before the step starts, as a control period leaves it time to finish). `learned` also has the
 prediction's RMS error against the step's optimum (the cold solve's), to place the model on `bench sqp`'s accuracy
-curve, and `prefetch` says how often the prediction fitted.
+curve, and `prefetch` says how often the prediction fitted, and what the solve ahead cost the worker (time, converged).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from mnemo_mpc.errors import InputError, MnemoError
+from mnemo_mpc.errors import InfeasibleProblemError, InputError, MnemoError, StartInCollisionError
 from mnemo_mpc.warmstart import MODES
 
 HARD_COLD_ITERATIONS = 4
@@ -149,12 +153,26 @@ def run(cfg: PipelineConfig, progress: bool = True) -> dict:
         )
     model = WarmStartModel(path, robot, mpc_config.N, mpc_config.dt)
     driver = replace(setup, profile=replace(setup.profile, mpc=mpc_config)).controller("shift", None, "mpc")
-    ahead = Prefetcher(model, robot, mpc_config.dt)  # one worker thread for the run, as the controller keeps one
     acc: dict[str, dict[str, list[Solve]]] = {
-        m: {"fresh": [], "steady": []} for m in (*MODES, "learned_in_step", "rti")
+        m: {"fresh": [], "steady": []} for m in (*MODES, "learned_model", "learned_in_step", "rti")
     }
+    ahead_s: list[float] = []  # the worker's solve ahead: time, and None where it did not converge
+    ahead_ok = [0, 0]
+
+    def solve_ahead(context: Any, guess: Any) -> Any:
+        t = time.perf_counter()
+        refined = driver._solve_ahead(context, guess)
+        ahead_s.append(time.perf_counter() - t)
+        ahead_ok[0] += refined is not None
+        ahead_ok[1] += 1
+        return refined
+
+    # one worker thread each for the run, as the controller keeps one: solving ahead as the controller's does, and not
+    ahead = Prefetcher(model, robot, mpc_config.dt, refine=solve_ahead)
+    model_only = Prefetcher(model, robot, mpc_config.dt)
     errors: list[np.ndarray] = []
     fitted = [0, 0]  # recorded steps whose prefetched prediction fitted the start, recorded steps
+    unsolvable = 0  # steps not recorded: their problem has no solution (`_record`)
     t0 = time.perf_counter()
     with Simulator(setup.sim) as sim:
         for i in tqdm(range(cfg.worlds), desc="bench pipeline", disable=not progress):
@@ -172,14 +190,20 @@ def run(cfg: PipelineConfig, progress: bool = True) -> dict:
                 ctx = None
                 if out.field is not None and out.subgoal is not None and out.start_state is not None:
                     start = out.start_state  # what the step planned from (the prediction over the latency)
-                    ctx = WarmStartContext(out.field, start[:3], start[3:], out.subgoal, out.reference)
+                    ctx = WarmStartContext(out.field, start[:3], start[3:], out.subgoal, out.reference, out.margin)
                 if (k == 0 or k % cfg.stride == 0) and ctx is not None and out.solve_error is None:
                     mpc = driver.mpc(out.field.shape)
-                    fitted[1] += 1
-                    fitted[0] += _record(mpc, model, ahead, ctx, before, prev, acc, errors)
+                    try:
+                        fitted[0] += _record(mpc, model, (ahead, model_only), ctx, before, prev, acc, errors)
+                        fitted[1] += 1
+                    except (InfeasibleProblemError, StartInCollisionError):
+                        # A problem no start can solve (its sub-goal in a cell an obstacle now fills, its start in
+                        # collision): the cold solve raises before any mode is recorded (harsh generic robot, 2000+).
+                        unsolvable += 1
                 before = driver.next_problem(out)  # as the controller predicts the next step's problem
                 obs = sim.step(float(out.command[0]), float(out.command[1]))
     ahead.close()
+    model_only.close()
     modes = {m: {kind: summarize(v, cfg.clock) for kind, v in by.items() if v} for m, by in acc.items()}
     modes["shift"]["fresh"] = dict(modes["cold"]["fresh"], note="no previous solution: falls back to cold")
     for kind, solves in acc["rti"].items():  # every iterate's suboptimality and feasibility, converged or not
@@ -190,7 +214,7 @@ def run(cfg: PipelineConfig, progress: bool = True) -> dict:
         modes["rti"][kind]["feasible_rate"] = float(np.mean([bool(s.result.feasible) for s in solves]))
     # The hard fresh steps: those where the cold start needs >= 4 iterations (the paper's cold average is 4.78).
     hard = [i for i, s in enumerate(acc["cold"]["fresh"]) if s.result.iterations >= HARD_COLD_ITERATIONS]
-    for m in ("cold", "learned", "hybrid", "learned_in_step"):
+    for m in ("cold", "learned", "hybrid", "learned_model", "learned_in_step"):
         its = [acc[m]["fresh"][i].result.iterations for i in hard]
         modes[m]["fresh"]["where_cold_needs_4_or_more"] = {
             "n": len(hard),
@@ -215,6 +239,7 @@ def run(cfg: PipelineConfig, progress: bool = True) -> dict:
             "mpc": {"N": mpc_config.N, "dt": mpc_config.dt, "max_iter": mpc_config.max_iter},
             "model": model.describe(),
             "recorded_steps": {kind: len(acc["cold"][kind]) for kind in ("fresh", "steady")},
+            "unsolvable_steps": unsolvable,
             "paper": {
                 "source": "seed 002 §5.2",
                 "cold_iterations": 4.78,
@@ -229,13 +254,23 @@ def run(cfg: PipelineConfig, progress: bool = True) -> dict:
         }
     )
     prefetch = {"fitted": fitted[0], "recorded": fitted[1]}
+    if ahead_s:  # off the critical path, on the worker: it must fit in the control period
+        prefetch["solve_ahead"] = {
+            "solves": ahead_ok[1],
+            "converged": ahead_ok[0],
+            "time_ms": _percentiles([t * 1e3 for t in ahead_s], ("p50", "p95", "p99")),
+            "period_ms": mpc_config.dt * 1e3,
+        }
     return {"config": config, "modes": modes, "ratios": ratios, "prefetch": prefetch}
 
 
-def _record(mpc: Any, model: Any, ahead: Any, ctx: Any, before: Any, prev: Any, acc: dict, errors: list) -> bool:
+def _record(
+    mpc: Any, model: Any, prefetchers: tuple[Any, Any], ctx: Any, before: Any, prev: Any, acc: dict, errors: list
+) -> bool:
     """Solve one recorded step's problem from every start (module docstring); True when the prefetched prediction
-    (made by `ahead`, the run's `nav.prefetch.Prefetcher`, from `before`: the last step's prediction of this step's
-    problem, `Controller.next_problem`) fitted this step's start."""
+    (made by the run's `nav.prefetch.Prefetcher`s, the controller's that solves ahead and one that does not, from
+    `before`: the last step's prediction of this step's problem, `Controller.next_problem`) fitted this step's
+    start."""
 
     def solve(start: Any, label: str, max_iter: int | None = None) -> Any:
         return mpc.solve(
@@ -247,20 +282,25 @@ def _record(mpc: Any, model: Any, ahead: Any, ctx: Any, before: Any, prev: Any, 
             warm_start=start,
             start_label=label,
             max_iter=max_iter,
+            margin=ctx.margin,  # the step's (narrowed in a passage tighter than the full margin)
         )
 
     t = time.perf_counter()
     in_step = model(ctx)  # input features, the session, and the rollout of the predicted controls into a start
     infer_s = time.perf_counter() - t
     prefetched, off_path_s, take_s = None, 0.0, 0.0
+    model_start, model_s = None, (0.0, 0.0)
     if before is not None:
-        t = time.perf_counter()
-        ahead.submit(*before)  # on the worker: the sub-goal and reference at the predicted start, then the model
-        ahead.wait()  # the previous period: the worker has finished before the step starts
-        off_path_s = time.perf_counter() - t
-        t = time.perf_counter()
-        prefetched = ahead.take(ctx)
-        take_s = time.perf_counter() - t
+        for prefetcher in reversed(prefetchers):
+            t = time.perf_counter()
+            prefetcher.submit(*before)  # on the worker: the targets at the predicted start, the model (and solve)
+            prefetcher.wait()  # the previous period: the worker has finished before the step starts
+            off_path_s = time.perf_counter() - t
+            t = time.perf_counter()
+            prefetched = prefetcher.take(ctx)
+            take_s = time.perf_counter() - t
+            if prefetcher is prefetchers[1]:
+                model_start, model_s = prefetched, (off_path_s, take_s)
     cold = Solve(solve(None, "cold"), start_used="cold")
     acc["cold"]["fresh"].append(cold)
     acc["learned_in_step"]["fresh"].append(Solve(solve(in_step, "learned"), infer_s, 0.0, "learned"))
@@ -268,11 +308,16 @@ def _record(mpc: Any, model: Any, ahead: Any, ctx: Any, before: Any, prev: Any, 
         learned = Solve(solve(prefetched, "learned"), off_path_s, take_s, "learned_prefetched", False)
     else:  # nothing predicted for this start: the controller runs the model on the step
         learned = acc["learned_in_step"]["fresh"][-1]
+    if model_start is not None:
+        model_learned = Solve(solve(model_start, "learned"), *model_s, "learned_prefetched", False)
+    else:
+        model_learned = acc["learned_in_step"]["fresh"][-1]
     acc["learned"]["fresh"].append(learned)
+    acc["learned_model"]["fresh"].append(model_learned)
     acc["hybrid"]["fresh"].append(learned)  # choose_start: no shift -> the learned start
     optimum = cold.result.cost if cold.result.success else None
     if cold.result.success:
-        errors.append((prefetched if prefetched is not None else in_step).controls - cold.result.controls)
+        errors.append((model_start if model_start is not None else in_step).controls - cold.result.controls)
     start = prefetched if prefetched is not None else in_step
     acc["rti"]["fresh"].append(
         Solve(
@@ -285,12 +330,31 @@ def _record(mpc: Any, model: Any, ahead: Any, ctx: Any, before: Any, prev: Any, 
         )
     )
     if prev is not None:
-        shift = Solve(solve(prev.shifted(), "shift"), start_used="shift")
+        solved = None  # choose_start: the shift, and no model on the step; solved ahead when that converged
+        if before is not None and prev.iterations > 1:  # `Controller._prefetch_next`: where the shift may not do
+            ahead, _ = prefetchers
+            t = time.perf_counter()
+            ahead.submit(*before, start=prev.shifted())  # on the worker: the targets, then the solve from the shift
+            ahead.wait()
+            off_path_s = time.perf_counter() - t
+            t = time.perf_counter()
+            solved = ahead.take(ctx)
+            take_s = time.perf_counter() - t
+        # The first solve after the worker's pays its cold caches (~0.1 ms of a 0.8 ms solve on this CPU): the shift
+        # and the start solved ahead take turns at going first.
+        first = len(acc["shift"]["steady"]) % 2 == 0 or solved is None
+        if first:
+            shift = Solve(solve(prev.shifted(), "shift"), start_used="shift")
+        hybrid = Solve(solve(solved, "ahead"), off_path_s, take_s, "ahead", False) if solved is not None else None
+        if not first:
+            shift = Solve(solve(prev.shifted(), "shift"), start_used="shift")
+        hybrid = hybrid or shift
         acc["cold"]["steady"].append(cold)
         acc["shift"]["steady"].append(shift)
         acc["learned"]["steady"].append(learned)
+        acc["learned_model"]["steady"].append(model_learned)
         acc["learned_in_step"]["steady"].append(acc["learned_in_step"]["fresh"][-1])
-        acc["hybrid"]["steady"].append(shift)  # choose_start: the shift, and no model on the step
+        acc["hybrid"]["steady"].append(hybrid)
         acc["rti"]["steady"].append(Solve(solve(prev.shifted(), "rti", 1), start_used="shift", optimum_cost=optimum))
     return prefetched is not None
 
@@ -310,7 +374,7 @@ def report(result: dict) -> str:
             )
     hard = {
         m: result["modes"][m]["fresh"].get("where_cold_needs_4_or_more")
-        for m in ("cold", "learned", "hybrid", "learned_in_step")
+        for m in ("cold", "learned", "hybrid", "learned_model", "learned_in_step")
     }
     if hard["cold"] and hard["cold"]["n"]:
         lines.append(
@@ -323,6 +387,13 @@ def report(result: dict) -> str:
     pf, r = result.get("prefetch"), result.get("ratios")
     if pf:
         lines.append(f"prefetched prediction fitted the step's start on {pf['fitted']} of {pf['recorded']} steps")
+        ahead = pf.get("solve_ahead")
+        if ahead:
+            t = ahead["time_ms"]
+            lines.append(
+                f"solved ahead on the worker: {ahead['converged']} of {ahead['solves']} converged, time p50 "
+                f"{t['p50']:.2f} / p99 {t['p99']:.2f} ms (period {ahead['period_ms']:.0f} ms)"
+            )
     if r:
         lines.append(
             f"critical-path total p50, same run: fresh learned / cold {r['fresh_learned_vs_cold_total_p50']:.2f}, "

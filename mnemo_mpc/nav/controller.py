@@ -10,7 +10,9 @@ applied. Around that core this module adds what a robot needs and the paper does
   learned start (`choose_start`: where a previous solution exists the shift needs ~1.1 iterations and costs nothing;
   the model pays where there is none). The model runs off the critical path (`mnemo_mpc.nav.prefetch`): at the end of
   each step it predicts the next step's start on a worker thread while the robot drives, for the problem the next
-  step will solve (`next_problem`: the plan's next state, and the sub-goal and reference the path gives there);
+  step will solve (`next_problem`: the state the next step will plan from, and the sub-goal and reference the path
+  gives there), and the worker solves that problem from it (`solve_ahead`; in "hybrid" from the shift where there is
+  one: the start "ahead"), so the step itself only corrects for what the prediction missed;
 * the global path -> sub-goal/reference (`mnemo_mpc.nav.reference`); with no path, a goal the grid has not seen as
   free yet is approached through the farthest known-free point on the line to it;
 * no global path (`ControllerConfig.plan_own_path`): while nothing seen lies on the straight line to the goal, the
@@ -91,6 +93,7 @@ class WarmStartContext:
     velocity: np.ndarray  # (v, w)
     subgoal: np.ndarray  # (x, y, yaw): the goal the MPC is given
     reference: np.ndarray | None  # (N+1, 2) tracking points for knots 0..N, or None (track the sub-goal)
+    margin: float | None = None  # the clearance margin the step's MPC keeps (None: the robot's safety margin)
 
 
 WarmStartProvider = Callable[[WarmStartContext], "WarmStart | None"]
@@ -121,6 +124,10 @@ class ControllerConfig:
     warm_start: str = "shift"
     # Run the provider for the next step during this period (nav.prefetch); False: on the step, before its solve
     prefetch_start: bool = True
+    # With prefetch_start: the worker also solves the predicted problem from the provider's start (in "hybrid", where
+    # the next step will have a fresh shift, from the shift), and the next step starts from that solution and its
+    # multipliers (nav.prefetch, "Solved ahead"); False: from the provider's start, or the shift
+    solve_ahead: bool = True
     # mnemo_mpc.nav.modes.SQP_MODES: "full" iterates to convergence (up to MPCConfig.max_iter); "rti" runs one SQP
     # iteration per tick from the start (real-time iteration: the next tick starts from this iterate, shifted) and
     # sends its first control when the iterate keeps the footprint collision-free over the horizon, else falls back as
@@ -188,6 +195,7 @@ class ControllerConfig:
         for name in (
             "reuse_previous_plan",
             "prefetch_start",
+            "solve_ahead",
             "plan_own_path",
             "plan_own_path_async",
             "clear_footprint",
@@ -255,6 +263,7 @@ class ControlOutput:
     time_s: float = 0.0  # the whole step (ESDF, reference, solve, checks)
     field: DistanceField | None = None  # the ESDF the MPC planned on (for re-solves, e.g. the dataset's expert)
     warm_start: WarmStart | None = None  # the start the solve was given (None = cold)
+    margin: float | None = None  # the clearance margin the MPC kept (a planned step's)
     # (x, y, yaw, v, w) the step planned from: the measurement predicted to when the command acts (nav.actuation)
     start_state: np.ndarray | None = None
     tracks: tuple[Track, ...] = ()  # the confirmed tracks of this step's grid (ControllerConfig.tracking)
@@ -301,8 +310,14 @@ class Controller:
         if self.config.warm_start in ("learned", "hybrid") and warm_start_provider is None:
             raise InputError(f"Controller: warm_start {self.config.warm_start!r} needs a warm-start provider (a model)")
         self._mpcs: dict[tuple[int, int], SQPMPC] = {}
+        self._ahead_mpcs: dict[tuple[int, int], SQPMPC] = {}  # the prefetch worker's own (`_solve_ahead`)
         self._prefetch = (
-            Prefetcher(lambda context: self.warm_start_provider(context), self.robot, self.mpc_config.dt)
+            Prefetcher(
+                lambda context: self.warm_start_provider(context),
+                self.robot,
+                self.mpc_config.dt,
+                refine=self._solve_ahead if self.config.solve_ahead else None,
+            )
             if warm_start_provider is not None
             and self.config.prefetch_start
             and self.config.warm_start in ("learned", "hybrid")
@@ -326,6 +341,8 @@ class Controller:
         self._clock = 0.0  # controller time: one control period (MPCConfig.dt) per step
         self._actuation = cfg.actuation if cfg.actuation is not None and not cfg.actuation.is_identity else None
         self._history = CommandHistory(self._actuation) if self._actuation is not None else None
+        # this step's measurement (pose, velocity, its time) and the step's time, for predicting the next start
+        self._measured: tuple[np.ndarray, np.ndarray, float, float] | None = None
         self._blocked_since: float | None = None  # controller time the start was first found in collision
         self._shim = RotationShim(cfg.rotation_shim) if cfg.rotation_shim is not None else None
         self._moving = (
@@ -360,6 +377,7 @@ class Controller:
         self._blocked_since = None
         if self._history is not None:
             self._history.reset()
+        self._measured = None
         self._reset_recovery(None)
         self._goal_changed = True
         if self._moving is not None:
@@ -376,11 +394,15 @@ class Controller:
         code and the model: ~0.15 s). Resets the controller; returns the seconds it took."""
         t0 = time.perf_counter()
         self.mpc(grid_shape).build_fallback()
+        if self._prefetch is not None and self._prefetch.refine is not None:
+            self._ahead_mpc(grid_shape)  # the worker's: built here, not on the worker during the first steps
         h, w = grid_shape
         free = OccupancyGrid(
             np.zeros(grid_shape, np.int8), resolution, (-0.5 * w * resolution, -0.5 * h * resolution, 0.0)
         )
         self.step(free, np.zeros(3), np.zeros(2), np.array([1.0, 0.0, 0.0]))
+        if self._prefetch is not None:
+            self._prefetch.wait()  # the worker's first run (its model session) finishes before the clock starts
         self.reset()
         return time.perf_counter() - t0
 
@@ -448,6 +470,7 @@ class Controller:
         self._lead_s = t_now - self._sensed_s + (act.latency_s if act is not None else 0.0)
         if act is not None and history is not None:
             start_pose, start_vel = history.predict(pose, velocity, t_now - observation_age_s, t_now + act.latency_s)
+            self._measured = (pose, velocity, t_now - observation_age_s, t_now)  # `next_problem` predicts from it
         else:
             start_pose, start_vel = pose, velocity
         if self.config.clear_footprint:
@@ -465,13 +488,13 @@ class Controller:
             if stopped:
                 out.command, _ = self.check_command(guarded, start_vel)
                 out.flags = (*out.flags, "approach_stop")
-        if self._prefetch is not None:
-            self._prefetch_next(out)
         if act is not None and history is not None:
             # The velocity to reach one step on -> the command a lagging drive needs for it, within the limits.
             out.command = self.robot.clip_control(act.command_for(out.command, start_vel, self.mpc_config.dt))
             history.record(t_now, out.command)
-            out.time_s = time.perf_counter() - t0
+        if self._prefetch is not None:
+            self._prefetch_next(out)
+        out.time_s = time.perf_counter() - t0
         return out
 
     def _plan(
@@ -549,8 +572,9 @@ class Controller:
                     reference=reference,
                     time_s=time.perf_counter() - t0,
                     field=field_,
+                    margin=margin,
                 )
-        context = WarmStartContext(field_, pose, velocity, np.asarray(subgoal, dtype=float), reference)
+        context = WarmStartContext(field_, pose, velocity, np.asarray(subgoal, dtype=float), reference, margin)
         warm, source = self._warm_start(context)
         plan, solve_error = self._solve(context, warm, source, margin, max_iter, now, self._predicted)
         command, status, flags = self._command(plan, field_, pose, velocity, margin)
@@ -566,6 +590,7 @@ class Controller:
             time_s=time.perf_counter() - t0,
             field=field_,
             warm_start=warm,
+            margin=margin,
         )
 
     def _align_to_goal(
@@ -785,24 +810,74 @@ class Controller:
         None when the step had no sub-goal to predict from."""
         if out.field is None or out.subgoal is None or out.start_state is None:
             return None
-        here = WarmStartContext(out.field, out.start_state[:3], out.start_state[3:], out.subgoal, out.reference)
-        return next_context(here, out.plan, out.command, self.robot, self.mpc_config.dt), self._targets
+        state, dt = out.start_state, self.mpc_config.dt
+        here = WarmStartContext(out.field, state[:3], state[3:], out.subgoal, out.reference, out.margin)
+        context = next_context(here, out.plan, out.command, self.robot, dt)
+        if self._history is not None and self._actuation is not None and self._measured is not None:
+            # A lagging drive: where the next step will predict its start to be -- from this measurement, through
+            # the commands sent, this one included (`CommandHistory.predict`) -- not where the plan's unicycle is one
+            # knot on (the plan assumes its first control from the start; the loops take a period to reach it).
+            pose, velocity, measured_s, now = self._measured
+            start = self._history.predict(pose, velocity, measured_s, now + dt + self._actuation.latency_s)
+            context = replace(context, pose=start[0], velocity=start[1])
+        return context, self._targets
 
     def _prefetch_next(self, out: ControlOutput) -> None:
-        """Start the model on the next step's problem as this step predicts it (`next_problem`): in "learned" mode
-        after every step that has a sub-goal, in "hybrid" only when the next step will have no fresh shift to start
-        from (after a rotation to the path, a re-plan, a step that did not plan; the first step of a goal runs the
-        model itself)."""
+        """Start the worker on the next step's problem as this step predicts it (`next_problem`): in "learned" mode
+        the model after every step that has a sub-goal; in "hybrid" the model where the next step will have no fresh
+        shift to start from (after a rotation to the path, a re-plan, a step that did not plan; the first step of a
+        goal runs the model itself). With `solve_ahead` the worker then solves that problem from the model's start,
+        and in "hybrid" where the next step has a fresh shift, from this plan shifted (the start "ahead") when this
+        plan took more than one iteration: where the shift converges at once, as it mostly does on a slow robot, the
+        start solved ahead saves nothing and taking it costs ~0.05 ms (TurtleBot3 `bench pipeline`, steady steps)."""
         assert self._prefetch is not None
-        # hybrid: only where the next step will have no fresh shift (none, or one aged by a step that did not plan)
-        # and no refused RTI iterate to go on from (`_warm_start`)
-        needed = self.config.warm_start == "learned" or self._last_plan is None or self._plan_age > 0
-        needed = needed and self._rti_iterate is None
-        problem = self.next_problem(out) if needed else None
+        # hybrid: the model only where the next step will have no fresh shift (none, or one aged by a step that did
+        # not plan); nothing where a refused RTI iterate is to be gone on from (`_warm_start`)
+        fresh_shift = self.config.warm_start == "hybrid" and self._last_plan is not None and self._plan_age == 0
+        needed = not fresh_shift or (self.config.solve_ahead and self._last_plan.iterations > 1)
+        problem = self.next_problem(out) if needed and self._rti_iterate is None else None
         if problem is None:
             self._prefetch.clear()
             return
-        self._prefetch.submit(*problem)  # the targets are computed on the worker, off the step
+        # the targets are computed on the worker, off the step
+        self._prefetch.submit(*problem, start=self._shifted() if fresh_shift else None)
+
+    def idle(self, seconds: float) -> None:
+        """What is left of the control period after a step: a simulation running faster than real time calls this
+        with it, so the prefetch worker gets the time it has on a robot (it returns as soon as the worker is done),
+        and no more: a worker that would still run at the next tick still runs into it."""
+        if self._prefetch is not None and seconds > 0:
+            self._prefetch.wait(seconds)
+
+    def _ahead_mpc(self, grid_shape: tuple[int, int]) -> SQPMPC:
+        """The prefetch worker's own MPC for this grid shape (`mpc` is the step's)."""
+        key = (int(grid_shape[0]), int(grid_shape[1]))
+        if key not in self._ahead_mpcs:
+            self._ahead_mpcs[key] = SQPMPC(self.robot, self.mpc_config, key)
+        return self._ahead_mpcs[key]
+
+    def _solve_ahead(self, context: WarmStartContext, guess: WarmStart) -> WarmStart | None:
+        """On the prefetch worker: the predicted next problem solved from the model's start `guess`, as a start with
+        its multipliers (`nav.prefetch`, "Solved ahead"); None when it does not converge (the model's start is used).
+        The worker has its own MPC (the step's keeps buffers a concurrent solve would overwrite), no fallback solver
+        (a start need not be a plan) and no moving obstacles (the step's own solve keeps to them)."""
+        try:
+            plan = self._ahead_mpc(tuple(context.field.shape)).solve(
+                context.field,
+                context.pose,
+                context.velocity,
+                context.subgoal,
+                reference=context.reference,
+                warm_start=guess,
+                start_label="ahead",
+                margin=context.margin,
+                use_fallback=False,
+            )
+        except (StartInCollisionError, InfeasibleProblemError):
+            return None  # the predicted start is in collision, or its problem infeasible: the step will say so
+        if not plan.success:
+            return None
+        return WarmStart(plan.states, plan.controls, plan.duals.get("lam_g"), plan.duals.get("lam_x"))
 
     def _learned(self, context: WarmStartContext) -> WarmStart | None:
         """The learned start for this step: the prediction made during the last period when it fits this start
@@ -842,6 +917,10 @@ class Controller:
             if self._goal_changed:
                 shift = None  # planned towards another goal: this step is a fresh problem
             fresh = shift is not None and self._plan_age == 0
+            if fresh and self._prefetch is not None:
+                ahead = self._prefetch.take(context)  # the shift solved ahead for this step (`_prefetch_next`)
+                if ahead is not None:
+                    return ahead, "ahead"
             return choose_start(shift, None if fresh else self._learned(context), fresh)
         learned = self._learned(context) if mode == "learned" else None
         if learned is not None:
