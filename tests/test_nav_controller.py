@@ -190,17 +190,11 @@ def test_the_prefetched_problem_has_the_next_steps_subgoal_and_reference(control
     """The model is given the problem the next step will solve: at the predicted start, the sub-goal and reference
     the next step computes there from the path (not this step's sub-goal with its reference advanced one knot, which
     cost ~0.15 SQP iterations per fresh step in `bench pipeline`); with no path, the goal as the grid shows it."""
-    n, grid = controller.mpc_config.N, room(False)
+    grid = room(False)
     goal = np.array([9.0, 1.5, 0.0]) if given_path else np.array([2.5, 1.8, 0.0])  # the path runs out of the window
     path = np.array([[0.5, 1.5], [2.0, 1.5], [9.0, 1.5]]) if given_path else None
     seen = []
-
-    def provider(ctx):
-        seen.append(ctx)
-        return WarmStart(np.tile(ctx.pose, (n + 1, 1)), np.tile([0.1, 0.0], (n, 1)))
-
-    c = Controller(controller.robot, controller.mpc_config, ControllerConfig(warm_start="learned"), provider)
-    c._mpcs = controller._mpcs
+    c = _crawling_controller(controller, ControllerConfig(warm_start="learned"), seen)
     out = c.step(grid, [0.5, 1.5, 0.0], [0.2, 0.0], goal, global_path=path)
     predicted, command = out.plan.states[1], out.command
     c._prefetch.wait()  # the control period
@@ -223,14 +217,8 @@ def test_the_next_start_is_solved_ahead_on_the_worker(controller, solve_ahead):
     the model's start, and the next step starts from that solution with its multipliers. A robot that goes where the
     plan said meets the problem solved ahead: its step converges at once, where the model's rough start alone takes
     SQP iterations. A predicted start in collision is not solved ahead (the model's start stands)."""
-    n, grid, goal = controller.mpc_config.N, room(False), np.array([2.5, 1.8, 0.0])
-
-    def rough(ctx):  # a poor model: straight on at a crawl
-        return WarmStart(np.tile(ctx.pose, (n + 1, 1)), np.tile([0.1, 0.0], (n, 1)))
-
-    config = ControllerConfig(warm_start="learned", solve_ahead=solve_ahead)
-    c = Controller(controller.robot, controller.mpc_config, config, rough)
-    c._mpcs = controller._mpcs
+    grid, goal = room(False), np.array([2.5, 1.8, 0.0])
+    c = _crawling_controller(controller, ControllerConfig(warm_start="learned", solve_ahead=solve_ahead))
     out = c.step(grid, [0.5, 1.5, 0.0], [0.2, 0.0], goal)
     c._prefetch.wait()  # the control period
     out = c.step(grid, out.plan.states[1], out.plan.controls[0], goal)  # the robot went where the plan said
@@ -239,7 +227,8 @@ def test_the_next_start_is_solved_ahead_on_the_worker(controller, solve_ahead):
         assert out.warm_start.lam_g is not None and out.plan.iterations <= 1
         context, _ = c.next_problem(out)
         inside = dataclasses.replace(context, pose=np.array([1.5, 1.5, 0.0]))
-        assert c._solve_ahead(dataclasses.replace(inside, field=DistanceField(room())), rough(inside)) is None
+        guess = c.warm_start_provider(inside)
+        assert c._solve_ahead(dataclasses.replace(inside, field=DistanceField(room())), guess) is None
     else:
         assert out.warm_start.lam_g is None and out.plan.iterations >= 2
 
@@ -248,15 +237,8 @@ def test_hybrid_solves_ahead_from_the_shift_and_runs_no_model_for_it(controller)
     """In "hybrid" with `solve_ahead`, where the next step will have a fresh shift and the plan it shifts took more
     than one iteration, the worker solves the predicted problem from that shift (no model run), and the step starts
     from the solution: the start "ahead". After a plan that converged at once the shift is taken as it is."""
-    n, grid, goal = controller.mpc_config.N, room(False), np.array([2.5, 1.8, 0.0])
-    calls = []
-
-    def rough(ctx):
-        calls.append(ctx)
-        return WarmStart(np.tile(ctx.pose, (n + 1, 1)), np.tile([0.1, 0.0], (n, 1)))
-
-    c = Controller(controller.robot, controller.mpc_config, ControllerConfig(warm_start="hybrid"), rough)
-    c._mpcs = controller._mpcs
+    grid, goal, calls = room(False), np.array([2.5, 1.8, 0.0]), []
+    c = _crawling_controller(controller, ControllerConfig(warm_start="hybrid"), calls)
     out = c.step(grid, [0.5, 1.5, 0.0], [0.2, 0.0], goal)
     assert out.warm_start_source == "learned" and len(calls) == 1  # a fresh problem: the model, on the step
     assert out.plan.iterations > 1
@@ -266,6 +248,21 @@ def test_hybrid_solves_ahead_from_the_shift_and_runs_no_model_for_it(controller)
         assert out.status == "planned" and out.warm_start_source == source and out.plan.iterations <= 1
         assert (out.warm_start.lam_g is not None) if source == "ahead" else c._prefetch._pending is None
     assert len(calls) == 1
+
+
+def _crawling_controller(controller: Controller, config: ControllerConfig, calls: list | None = None) -> Controller:
+    """A controller whose "model" predicts a crawl straight on from the pose (a poor start), each call recorded in
+    `calls`; the NLPs are `controller`'s."""
+    n = controller.mpc_config.N
+
+    def crawl(ctx):
+        if calls is not None:
+            calls.append(ctx)
+        return WarmStart(np.tile(ctx.pose, (n + 1, 1)), np.tile([0.1, 0.0], (n, 1)))
+
+    c = Controller(controller.robot, controller.mpc_config, config, crawl)
+    c._mpcs = controller._mpcs
+    return c
 
 
 def _oracle_controller(controller: Controller, config: ControllerConfig) -> tuple[Controller, list]:

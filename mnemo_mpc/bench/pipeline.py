@@ -272,18 +272,11 @@ def _record(
     `before`: the last step's prediction of this step's problem, `Controller.next_problem`) fitted this step's
     start."""
 
+    from mnemo_mpc.nav.controller import solve_context
+
     def solve(start: Any, label: str, max_iter: int | None = None) -> Any:
-        return mpc.solve(
-            ctx.field,
-            ctx.pose,
-            ctx.velocity,
-            ctx.subgoal,
-            ctx.reference,
-            warm_start=start,
-            start_label=label,
-            max_iter=max_iter,
-            margin=ctx.margin,  # the step's (narrowed in a passage tighter than the full margin)
-        )
+        # at the step's margin (narrowed in a passage tighter than the full margin)
+        return solve_context(mpc, ctx, start, start_label=label, max_iter=max_iter)
 
     t = time.perf_counter()
     in_step = model(ctx)  # input features, the session, and the rollout of the predicted controls into a start

@@ -47,6 +47,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -97,6 +98,21 @@ class WarmStartContext:
 
 
 WarmStartProvider = Callable[[WarmStartContext], "WarmStart | None"]
+
+
+def solve_context(mpc: SQPMPC, context: WarmStartContext, warm_start: WarmStart | None, **options: Any) -> PlanResult:
+    """`mpc.solve` on `context`'s problem (its field, start state, sub-goal, reference and margin) from `warm_start`;
+    `options` are `SQPMPC.solve`'s others (max_iter, start_label, use_fallback, obstacles)."""
+    return mpc.solve(
+        context.field,
+        context.pose,
+        context.velocity,
+        context.subgoal,
+        reference=context.reference,
+        warm_start=warm_start,
+        margin=context.margin,
+        **options,
+    )
 
 
 @dataclass(frozen=True)
@@ -576,7 +592,7 @@ class Controller:
                 )
         context = WarmStartContext(field_, pose, velocity, np.asarray(subgoal, dtype=float), reference, margin)
         warm, source = self._warm_start(context)
-        plan, solve_error = self._solve(context, warm, source, margin, max_iter, now, self._predicted)
+        plan, solve_error = self._solve(context, warm, source, max_iter, now, self._predicted)
         command, status, flags = self._command(plan, field_, pose, velocity, margin)
         return ControlOutput(
             command=command,
@@ -666,27 +682,22 @@ class Controller:
         context: WarmStartContext,
         warm: WarmStart | None,
         source: str,
-        margin: float,
         max_iter: int | None,
         now: float,
         obstacles: PredictedObstacles | None = None,
     ) -> tuple[PlanResult | None, str | None]:
-        """The SQP from the chosen start (one iteration in RTI, without the fallback solver); (plan, error) where a
-        start in collision starts the blocked clock and an infeasible problem is logged."""
+        """The SQP from the chosen start at the context's margin (one iteration in RTI, without the fallback solver);
+        (plan, error) where a start in collision starts the blocked clock and an infeasible problem is logged."""
         rti = self.config.sqp_mode == "rti"
         if rti and max_iter is None:
             max_iter = 1
         try:
-            plan = self.mpc(context.field.shape).solve(
-                context.field,
-                context.pose,
-                context.velocity,
-                context.subgoal,
-                reference=context.reference,
-                warm_start=warm,
+            plan = solve_context(
+                self.mpc(context.field.shape),
+                context,
+                warm,
                 max_iter=max_iter,
                 start_label=source,
-                margin=margin,
                 use_fallback=not rti,
                 obstacles=obstacles,
             )
@@ -862,16 +873,8 @@ class Controller:
         The worker has its own MPC (the step's keeps buffers a concurrent solve would overwrite), no fallback solver
         (a start need not be a plan) and no moving obstacles (the step's own solve keeps to them)."""
         try:
-            plan = self._ahead_mpc(tuple(context.field.shape)).solve(
-                context.field,
-                context.pose,
-                context.velocity,
-                context.subgoal,
-                reference=context.reference,
-                warm_start=guess,
-                start_label="ahead",
-                margin=context.margin,
-                use_fallback=False,
+            plan = solve_context(
+                self._ahead_mpc(context.field.shape), context, guess, start_label="ahead", use_fallback=False
             )
         except (StartInCollisionError, InfeasibleProblemError):
             return None  # the predicted start is in collision, or its problem infeasible: the step will say so
