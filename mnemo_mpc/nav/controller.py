@@ -141,8 +141,9 @@ class ControllerConfig:
     # Run the provider for the next step during this period (nav.prefetch); False: on the step, before its solve
     prefetch_start: bool = True
     # With prefetch_start: the worker also solves the predicted problem from the provider's start (in "hybrid", where
-    # the next step will have a fresh shift, from the shift), and the next step starts from that solution and its
-    # multipliers (nav.prefetch, "Solved ahead"); False: from the provider's start, or the shift
+    # the next step will have a fresh shift of a plan that took more than one iteration, from that shift), and the
+    # next step starts from that solution and its multipliers (nav.prefetch, "Solved ahead"); False: from the
+    # provider's start, or the shift
     solve_ahead: bool = True
     # mnemo_mpc.nav.modes.SQP_MODES: "full" iterates to convergence (up to MPCConfig.max_iter); "rti" runs one SQP
     # iteration per tick from the start (real-time iteration: the next tick starts from this iterate, shifted) and
