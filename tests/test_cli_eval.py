@@ -40,7 +40,8 @@ def test_eval_generated_worlds_writes_rates_and_rows(tmp_path, capsys):
     assert res["timeout_rate"] == 1.0 and ep["steps"] == 10  # 1 s at 10 Hz cannot reach a generated goal
     assert set(res["step_iterations"]) >= {"p50", "p95"}
     # the start of every solve, and only of solves: hybrid with the shipped model never starts one cold
-    assert res["warmstart"] == "hybrid" and set(res["starts_used"]) <= {"learned", "shift"}, res["starts_used"]
+    hybrid_starts = {"learned", "shift", "ahead"}
+    assert res["warmstart"] == "hybrid" and set(res["starts_used"]) <= hybrid_starts, res["starts_used"]
     # every step's time, pooled over the families: here the one family's, the same ten steps
     assert res["step_time_ms"] == res["step_time_ms_by_family"][ep["kind"]] and res["step_time_ms"]["max"] > 0
 

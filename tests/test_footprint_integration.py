@@ -245,6 +245,9 @@ def test_demo_with_the_jackal_profile_drives_an_open_world(tmp_path, capsys):
     assert [tuple(v) for v in payload["config"]["sim"]["robot"]["footprint"]] == list(JACKAL.footprint)
     assert payload["config"]["mpc"]["dt"] < 0.1  # sized for 2 m/s
     assert (out / "trajectory.png").stat().st_size > 0
+    # the starts of the solves only, as `eval` counts them: a step that did not plan (the rotation shim) has none
+    solves = [s for s in payload["steps"] if s["status"] == "planned" or s["iterations"]]
+    assert sum(payload["starts_used"].values()) == len(solves) < len(payload["steps"]), payload["starts_used"]
 
 
 @pytest.mark.parametrize("command", ["demo", "eval", "collect"])

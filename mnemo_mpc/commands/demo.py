@@ -50,7 +50,7 @@ def handler(args: argparse.Namespace) -> int:
     from mnemo_mpc import __version__
     from mnemo_mpc.atomic import atomic_write_json
     from mnemo_mpc.commands.eval import build_controller
-    from mnemo_mpc.sim.episode import CLEARANCE_CAP_M, EpisodeConfig, run_episode
+    from mnemo_mpc.sim.episode import CLEARANCE_CAP_M, EpisodeConfig, count_starts, run_episode
     from mnemo_mpc.sim.plot import plot_episode
     from mnemo_mpc.sim.profile import closed_loop_setup
     from mnemo_mpc.sim.simulator import Simulator
@@ -87,9 +87,7 @@ def handler(args: argparse.Namespace) -> int:
     with Simulator(setup.sim) as sim:
         result = run_episode(world, sim=sim, controller=controller, config=cfg, on_step=on_step)
     m = result.metrics
-    starts: dict[str, int] = {}
-    for s in result.steps:
-        starts[s["start"]] = starts.get(s["start"], 0) + 1
+    starts = count_starts(result.steps)  # the solves' starts, as `eval` counts them
     payload = {
         "controller": name,
         "metrics": m,

@@ -290,7 +290,7 @@ def evaluate(args: argparse.Namespace, setup: Any, jobs: list, name: str) -> dic
 
     from mnemo_mpc import __version__
     from mnemo_mpc.commands._logs import episode_notes
-    from mnemo_mpc.sim.episode import EpisodeConfig, percentiles, run_episode
+    from mnemo_mpc.sim.episode import EpisodeConfig, count_starts, percentiles, run_episode, solve_steps
     from mnemo_mpc.sim.simulator import Simulator
     from mnemo_mpc.sim.tracking_eval import TrackerObserver, summarise
 
@@ -322,13 +322,10 @@ def evaluate(args: argparse.Namespace, setup: Any, jobs: list, name: str) -> dic
                 track_records.append(result.record)
             m = dict(result.metrics, source=label)
             episodes.append(m)
-            # The solves: a step that did not plan (the rotation shim, a recovery, a stop) got no start, and counted
-            # as "cold" it hid the learned start's share (TurtleBot3 Waffle, hybrid: 1,270 such "cold" starts)
-            solves = [s for s in result.steps if s["status"] == "planned" or s["iterations"]]
+            solves = solve_steps(result.steps)
             all_iters += [s["iterations"] for s in solves]
             all_times += [s["solve_time_s"] * 1e3 for s in solves]
-            for s in solves:
-                starts[s["start"]] = starts.get(s["start"], 0) + 1
+            count_starts(result.steps, starts)
             family = step_ms_by_family.setdefault(world.kind if args.worlds is not None else "map", [])
             family += [s["step_time_s"] * 1e3 for s in result.steps]
             if args.no_progress:
