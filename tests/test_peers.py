@@ -233,3 +233,20 @@ def test_path_progress_is_the_arc_length_at_the_point_nearest_the_horizon_end():
     assert path_progress(path, np.zeros((1, 3))) == 0.0
     with pytest.raises(InputError, match="path_progress.path"):
         path_progress(np.zeros(3), np.zeros((1, 3)))
+
+
+def test_a_peer_proposes_at_the_steps_margin_and_a_blocked_start_starts_the_clock():
+    """A peer stands in for the MPC's solve (`PeerController._solve`): it proposes at the margin the step chose, and a
+    start in collision starts the controller's blocked clock (the recoveries after `blocked_recovery_s`)."""
+    peer = make_controller("dwa", RobotModel(), MPCConfig(N=30, dt=0.1), ControllerConfig(plan_own_path=False))
+    data = np.zeros((60, 60), np.int8)
+    data[25:35, 25:35] = 100  # a 0.5 m block in the middle of a 3 m room
+    grid = OccupancyGrid(data, 0.05)
+    margins = []
+    propose = peer.propose
+    peer.propose = lambda context, margin: margins.append(margin) or propose(context, margin)
+    out = peer.step(grid, [0.5, 0.5, 0.0], [0.0, 0.0], [2.5, 0.5, 0.0])
+    assert out.status != "fallback_stop_blocked" and margins and all(isinstance(m, float) for m in margins)
+    peer.reset()
+    out = peer.step(grid, [1.5, 1.5, 0.0], [0.0, 0.0], [2.5, 0.5, 0.0])  # inside the block
+    assert out.status == "fallback_stop_blocked" and peer._blocked_since is not None

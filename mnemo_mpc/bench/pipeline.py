@@ -156,8 +156,8 @@ def run(cfg: PipelineConfig, progress: bool = True) -> dict:
     acc: dict[str, dict[str, list[Solve]]] = {
         m: {"fresh": [], "steady": []} for m in (*MODES, "learned_model", "learned_in_step", "rti")
     }
-    ahead_s: list[float] = []  # the worker's solve ahead: time, and None where it did not converge
-    ahead_ok = [0, 0]
+    ahead_s: list[float] = []  # each solve ahead's time on the worker
+    ahead_ok = [0, 0]  # solves ahead that converged, solves ahead
 
     def solve_ahead(context: Any, guess: Any) -> Any:
         t = time.perf_counter()
@@ -281,19 +281,12 @@ def _record(
     t = time.perf_counter()
     in_step = model(ctx)  # input features, the session, and the rollout of the predicted controls into a start
     infer_s = time.perf_counter() - t
+    ahead, model_only = prefetchers
     prefetched, off_path_s, take_s = None, 0.0, 0.0
     model_start, model_s = None, (0.0, 0.0)
     if before is not None:
-        for prefetcher in reversed(prefetchers):
-            t = time.perf_counter()
-            prefetcher.submit(*before)  # on the worker: the targets at the predicted start, the model (and solve)
-            prefetcher.wait()  # the previous period: the worker has finished before the step starts
-            off_path_s = time.perf_counter() - t
-            t = time.perf_counter()
-            prefetched = prefetcher.take(ctx)
-            take_s = time.perf_counter() - t
-            if prefetcher is prefetchers[1]:
-                model_start, model_s = prefetched, (off_path_s, take_s)
+        model_start, *model_s = _prefetched(model_only, before, ctx)
+        prefetched, off_path_s, take_s = _prefetched(ahead, before, ctx)  # the controller's: the model, then solved
     cold = Solve(solve(None, "cold"), start_used="cold")
     acc["cold"]["fresh"].append(cold)
     acc["learned_in_step"]["fresh"].append(Solve(solve(in_step, "learned"), infer_s, 0.0, "learned"))
@@ -325,14 +318,7 @@ def _record(
     if prev is not None:
         solved = None  # choose_start: the shift, and no model on the step; solved ahead when that converged
         if before is not None and prev.iterations > 1:  # `Controller._prefetch_next`: where the shift may not do
-            ahead, _ = prefetchers
-            t = time.perf_counter()
-            ahead.submit(*before, start=prev.shifted())  # on the worker: the targets, then the solve from the shift
-            ahead.wait()
-            off_path_s = time.perf_counter() - t
-            t = time.perf_counter()
-            solved = ahead.take(ctx)
-            take_s = time.perf_counter() - t
+            solved, off_path_s, take_s = _prefetched(ahead, before, ctx, start=prev.shifted())
         # The first solve after the worker's pays its cold caches (~0.1 ms of a 0.8 ms solve on this CPU): the shift
         # and the start solved ahead take turns at going first.
         first = len(acc["shift"]["steady"]) % 2 == 0 or solved is None
@@ -350,6 +336,19 @@ def _record(
         acc["hybrid"]["steady"].append(hybrid)
         acc["rti"]["steady"].append(Solve(solve(prev.shifted(), "rti", 1), start_used="shift", optimum_cost=optimum))
     return prefetched is not None
+
+
+def _prefetched(prefetcher: Any, before: Any, ctx: Any, start: Any = None) -> tuple[Any, float, float]:
+    """`prefetcher`'s start for this step's `ctx`, made on its worker from `before` (the last step's prediction of
+    this problem; with `start`, solved ahead from it) and waited for, as a control period leaves it the time: (the
+    start or None, the worker's seconds, the seconds taking it on the step)."""
+    t = time.perf_counter()
+    prefetcher.submit(*before, start=start)
+    prefetcher.wait()
+    off_path_s = time.perf_counter() - t
+    t = time.perf_counter()
+    taken = prefetcher.take(ctx)
+    return taken, off_path_s, time.perf_counter() - t
 
 
 def report(result: dict) -> str:

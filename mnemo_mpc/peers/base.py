@@ -212,16 +212,15 @@ class PeerController(Controller):
         context: WarmStartContext,
         warm: WarmStart | None,
         source: str,
-        margin: float,
         max_iter: int | None,
         now: float,
         obstacles: PredictedObstacles | None = None,
     ) -> tuple[PlanResult | None, str | None]:
-        """The peer's proposal, checked (module docstring). A start in collision is refused as the MPC refuses it
-        (`SQPMPC.solve`: a covering disc nearer than its radius less `MPCConfig.start_tolerance_m`), which starts the
-        controller's blocked clock and, after `blocked_recovery_s`, the recoveries."""
+        """The peer's proposal at the context's margin, checked (module docstring). A start in collision is refused as
+        the MPC refuses it (`SQPMPC.solve`: a covering disc nearer than its radius less `MPCConfig.start_tolerance_m`),
+        which starts the controller's blocked clock and, after `blocked_recovery_s`, the recoveries."""
         t0 = time.perf_counter()
-        field_, pose, velocity = context.field, context.pose, context.velocity
+        field_, pose, velocity, margin = context.field, context.pose, context.velocity, context.margin
         mpc = self.mpc(field_.shape)
         disc_d0 = mpc.collision.disc_distances(field_, pose)
         if np.any(disc_d0 < mpc.discs[:, 2] - self.mpc_config.start_tolerance_m):

@@ -251,9 +251,8 @@ def run_episode(
                 on_step(stat)
             t_sim = time.perf_counter()
             obs = sim.step(float(out.command[0]), float(out.command[1]))
-            idle = getattr(controller, "idle", None)
-            if idle is not None:  # the rest of the period, as a robot's controller has it (its worker runs then)
-                idle(controller.mpc_config.dt - out.time_s - (time.perf_counter() - t_sim))
+            # the rest of the period, as a robot's controller has it (its prefetch worker runs then)
+            controller.idle(controller.mpc_config.dt - out.time_s - (time.perf_counter() - t_sim))
             truth = obs.pose if getattr(obs, "true_pose", None) is None else obs.true_pose
             driven.append(truth.copy())
             if clearance_of is not None:
