@@ -268,9 +268,10 @@ class NavParams:
         "marked occupied)",
     )
     # The robot as it really moves (issue 24; mnemo_mpc.sim.realism simulates it, `mnemo-mpc identify` measures it). The
-    # controller predicts over the latency and inverts the lags when compensate_dynamics is on; 0 / 1: ideal.
+    # controller predicts over the latency and inverts the lags and the slip when compensate_dynamics is on; 0 / 1:
+    # ideal.
     compensate_dynamics: bool = param(
-        True, "predict the state over the command latency and invert the actuator lags (dynamics section)"
+        True, "predict the state over the command latency and invert the actuator lags and slip (dynamics section)"
     )
     dynamics_latency_s: float = param(
         0.0,
@@ -286,8 +287,12 @@ class NavParams:
     dynamics_accel_w_max: float = param(
         0.0, "the drive's own angular acceleration saturation [rad/s^2] (simulation); 0: none", "dynamics"
     )
-    dynamics_slip_v: float = param(1.0, "body speed over wheel speed (skid-steer slip) (simulation)", "dynamics")
-    dynamics_slip_w: float = param(1.0, "body yaw rate over wheel yaw rate (skid-steer slip) (simulation)", "dynamics")
+    dynamics_slip_v: float = param(
+        1.0, "body speed over wheel speed (skid-steer slip; the controller inverts it)", "dynamics"
+    )
+    dynamics_slip_w: float = param(
+        1.0, "body yaw rate over wheel yaw rate (skid-steer slip; the controller inverts it)", "dynamics"
+    )
     dynamics_slip_noise: float = param(
         0.0, "relative std of the slip factors per control period (simulation)", "dynamics"
     )
@@ -482,7 +487,13 @@ class NavParams:
         if not self.compensate_dynamics:
             return None
         try:
-            model = ActuationModel(self.dynamics_latency_s, self.dynamics_lag_v_s, self.dynamics_lag_w_s)
+            model = ActuationModel(
+                self.dynamics_latency_s,
+                self.dynamics_lag_v_s,
+                self.dynamics_lag_w_s,
+                self.dynamics_slip_v,
+                self.dynamics_slip_w,
+            )
         except InputError as exc:
             raise InputError(f"parameter dynamics.{exc}") from exc
         return None if model.is_identity else model

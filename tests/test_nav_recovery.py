@@ -16,6 +16,7 @@ import pytest
 
 from mnemo_mpc.errors import InputError
 from mnemo_mpc.nav.controller import Controller, ControllerConfig
+from mnemo_mpc.nav.maneuver import Maneuver
 from mnemo_mpc.nav.own_path import SeenMap
 from mnemo_mpc.nav.recovery import ProgressChecker
 from mnemo_mpc.planning.esdf import DistanceField
@@ -71,6 +72,7 @@ def walled(shape=(120, 240)) -> np.ndarray:
         ("backup_dist_m", 0.0),
         ("backup_speed", float("inf")),
         ("recovery_time_allowance_s", True),
+        ("stall_wait_s", 0.0),
     ],
 )
 def test_config_is_validated_naming_the_field(field, value):
@@ -211,6 +213,44 @@ def test_a_robot_standing_still_recovers_before_the_progress_checker(stall_s, wi
     else:
         assert first is not None and first * controller.mpc_config.dt <= within_s
         assert "standing still for 1.0 s: recovery not counted" in caplog.text
+
+
+@pytest.mark.parametrize("wait_s, by_s", [(2.0, 5.0), (100.0, None)])
+def test_a_moving_obstacle_in_view_holds_the_stall_clock_for_stall_wait_s(wait_s, by_s):
+    """Boxed in, with a moving obstacle always in view (the drifting Jackal's detector firing on its own wall faces),
+    the robot waits for it to pass for `stall_wait_s` of standing, then stalls as it would without one; never for
+    good (dense-1034: held 8 s at a junction)."""
+    grid, start, goal = boxed_in()
+    cfg = ControllerConfig(progress_timeout_s=100.0, stall_recovery_s=1.0, stall_wait_s=wait_s)
+    controller = Controller(RobotModel(), MPCConfig(), cfg)
+    controller._moving_in_view = lambda: True
+    _, trace, _ = drive(controller, grid, start, goal, int(round(7.0 / controller.mpc_config.dt)))
+    first = next((i for i, (status, _, _) in enumerate(trace) if status.startswith("recovery_")), None)
+    if by_s is None:
+        assert first is None
+    else:
+        # It stood at the wall from ~1 s: waited wait_s, then stall_recovery_s
+        assert first is not None and wait_s + 1.0 <= first * controller.mpc_config.dt <= by_s
+
+
+def test_a_manoeuvre_driven_to_its_end_is_progress():
+    """A manoeuvre that ends "done" stands on the path, aligned, further along it: the progress checker starts
+    afresh there and the count of recoveries is cleared, so the next step is the MPC's -- not a back-off undoing the
+    manoeuvre because the checker's old baseline ran out meanwhile (dense-1034, realistic)."""
+    grid, start, goal = boxed_in()
+    cfg = ControllerConfig(progress_timeout_s=2.0, stall_recovery_s=100.0)
+    controller = Controller(RobotModel(v_min=-0.2), MPCConfig(), cfg)
+    pose, goal = np.asarray(start, float), np.asarray(goal, float)
+    window = grid.window(pose[:2], WINDOW)
+    controller.step(window, pose, np.zeros(2), goal)  # the progress checker's baseline, now
+    controller._checker.since_s -= 10.0  # ... made long ago: stuck at the next check
+    controller._recoveries, controller._next_behaviour = 2, 2
+    # A manoeuvre (started by a stall: not counted) with nothing left to drive: over, "done", at the next step
+    controller._behaviour, controller._behaviour_counts = Maneuver(np.zeros((0, 4)), 0.0, 0.0, 10.0), False
+    controller.step(window, pose, np.zeros(2), goal)
+    out = controller.step(window, pose, np.zeros(2), goal)
+    assert not out.status.startswith("recovery_"), out.status
+    assert controller._recoveries == 0 and controller._next_behaviour == 0
 
 
 def test_a_robot_creeping_on_the_spot_is_standing_still(caplog):

@@ -95,8 +95,8 @@ def test_the_stream_is_seeded():
 
 
 def test_the_streams_robot_has_the_drive_the_node_compensates():
-    """A profile whose node inverts a lagging drive (the Jackal: 50 ms latency, lags 0.2 / 0.15 s) gets a stream robot
-    with that drive: a command acts after the latency, then the velocity follows it as the first-order lag; the
+    """A profile whose node inverts a lagging drive (the Jackal: 50 ms latency, lags 0.2 / 0.15 s, slip) gets a stream
+    robot with that drive: a command acts after the latency, then the velocity follows it as the first-order lag; the
     built-in robot (no dynamics) follows its commands exactly, as before."""
     jackal = NavParams.from_yaml(Path(__file__).resolve().parents[1] / "config" / "robots" / "jackal.yaml")
     sc = HostileScenario(FuzzConfig(messages=100, huge_grids=0), jackal)
@@ -106,7 +106,8 @@ def test_the_streams_robot_has_the_drive_the_node_compensates():
     assert np.allclose(sc.state.velocity, 0.0)
     sc.advance(command)  # acting for the last 30 ms of this period
     lag = np.array([jackal.dynamics_lag_v_s, jackal.dynamics_lag_w_s])
-    expected = command * -np.expm1(-(2 * period - jackal.dynamics_latency_s) / lag)
+    # odometry's twist: the wheels' speed, the body's yaw rate (slip_w of the wheels')
+    expected = command * -np.expm1(-(2 * period - jackal.dynamics_latency_s) / lag) * [1.0, jackal.dynamics_slip_w]
     assert np.allclose(sc.state.velocity, expected, rtol=0.02)
     exact = HostileScenario(FuzzConfig(messages=100, huge_grids=0), NavParams())
     exact.advance(command)

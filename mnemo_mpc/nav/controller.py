@@ -20,9 +20,10 @@ applied. Around that core this module adds what a robot needs and the paper does
   controller plans its own path on what its local grids have shown and tracks it like a given one
   (`mnemo_mpc.nav.own_path`, re-planned every `replan_period_s` and when the path ahead gets blocked);
 * getting unstuck (`mnemo_mpc.nav.recovery`): no progress of `required_movement_m` within `progress_timeout_s`, or
-  standing still (creeping included) for `stall_recovery_s` with no moving obstacle in view, starts the recoveries
-  manoeuvre onto the path -> rotate in place -> back off (v_min < 0 only) -> re-plan, each with its status and a log
-  line, and "failed" after `max_recoveries` of the progress checker's without progress (a stop, until a new goal);
+  standing still (creeping included) for `stall_recovery_s` (a moving obstacle in view holds that clock, for at most
+  `stall_wait_s`), starts the recoveries manoeuvre onto the path -> rotate in place -> back off (v_min < 0 only) ->
+  re-plan, each with its status and a log line, and "failed" after `max_recoveries` of the progress checker's without
+  progress (a stop, until a new goal); a manoeuvre driven to its end is progress;
 * the drive as it is (`mnemo_mpc.nav.actuation`, `ControllerConfig.actuation`): the state is predicted over the
   measurement's age and the command latency with the commands already sent, the MPC plans from that prediction, and
   the first planned velocity is turned into the command a lagging drive needs to reach it;
@@ -185,6 +186,10 @@ class ControllerConfig:
     # otherwise waited out the progress checker's 10 s each time (a third of its time limit). Not counted towards
     # max_recoveries (`_recovery_step`).
     stall_recovery_s: float = 3.0
+    # ... and a moving obstacle in view holds that clock for at most this long: the robot waits for a body to pass,
+    # not for good. On the drifting Jackal the detector fires on wall faces its own odometry moves (static dense
+    # worlds: 4 detections in a 54 s episode, one holding a robot stalled at a junction for 8 s).
+    stall_wait_s: float = 3.0
 
     def __post_init__(self) -> None:
         if self.warm_start not in MODES:
@@ -238,6 +243,7 @@ class ControllerConfig:
             ("recovery_time_allowance_s", "seconds"),
             ("blocked_recovery_s", "seconds"),
             ("stall_recovery_s", "seconds"),
+            ("stall_wait_s", "seconds"),
         ):
             value = getattr(self, name)
             if not (is_real(value) and value > 0):
@@ -1126,6 +1132,7 @@ class Controller:
         self._behaviour_counts = True  # the running behaviour was one of those
         # (controller time, pose) where the robot was first seen standing still (`_stands`); None while it moves
         self._still: tuple[float, np.ndarray] | None = None
+        self._waiting_since: float | None = None  # controller time it began standing with a moving obstacle in view
         self._next_behaviour = 0  # index into recovery.ORDER, round robin
         self._failed = False
         self._checker.baseline = None
@@ -1155,23 +1162,33 @@ class Controller:
             why = getattr(self._behaviour, "reason", "")
             elapsed = now - self._behaviour.started_s
             log.info("%s ended after %.1f s%s", self._behaviour.name, elapsed, why and f": {why}")
+            # A manoeuvre driven to its end stands on the path, aligned, at least min_advance_m further along it:
+            # progress. Without this a stall's manoeuvre (not counted) left the progress checker's old baseline, which
+            # ran out at once and backed the robot off the 0.3 m the manoeuvre had gained (dense-1034, realistic).
+            done = isinstance(self._behaviour, Maneuver) and why == "done"
             self._behaviour = None
             self._last_plan = None  # planned before the motion: neither a start nor a fallback any more
-            if self._behaviour_counts:
+            if done:
+                self._recoveries, self._next_behaviour = 0, 0
+            if self._behaviour_counts or done:
                 self._checker.reset(pose, now)
             return None
         progressed, stuck = self._checker.update(pose, now)
         if progressed:
             self._recoveries, self._next_behaviour = 0, 0
-        waiting = self._moving_in_view()  # for a moving obstacle to pass
-        if waiting:
-            self._still = None
+        # Waiting for a moving obstacle to pass, for at most stall_wait_s of standing still
+        if not self._moving_in_view() or self._still is None or not _stands(pose, self._still[1]):
+            self._waiting_since = None
+        elif self._waiting_since is None:
+            self._waiting_since = now
+        if self._waiting_since is not None and now - self._waiting_since < cfg.stall_wait_s - 1e-9:
+            self._still = (now, self._still[1])
         elif self._still is None or not _stands(pose, self._still[1]):
             self._still = (now, pose.copy())
         stalled = self._still is not None and now - self._still[0] >= cfg.stall_recovery_s - 1e-9
         if not (stuck or blocked or stalled):
             return None
-        self._blocked_since = self._still = None  # a recovery now; the clocks start afresh after it
+        self._blocked_since = self._still = self._waiting_since = None  # a recovery now; the clocks start afresh
         # A stall's recovery neither counts towards max_recoveries nor restarts the progress checker: a robot that
         # stands still every few seconds would otherwise declare "failed" after six of them, in ~20 s, where the
         # progress checker gives it max_recoveries x progress_timeout_s (mapless corridor-1043 and doors-1079).

@@ -273,7 +273,8 @@ class Scenario:
         else:  # the drive the node inverts, as the node's own prediction models it (`CommandHistory.predict`)
             if command is not None:
                 self._sent.record(self.now, command)
-            s.pose, s.velocity = self._sent.predict(s.pose, s.velocity, self.now, self.now + self.period_s)
+            s.pose, body = self._sent.predict(s.pose, s.velocity, self.now, self.now + self.period_s)
+            s.velocity = self._sent.model.measured_twist(body)  # what its odometry reports
         s.pose[2] = math.atan2(math.sin(s.pose[2]), math.cos(s.pose[2]))
         self.now += self.period_s
         self.tick += 1
