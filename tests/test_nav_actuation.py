@@ -231,7 +231,8 @@ def test_a_truly_blocked_start_says_so_and_recovers_within_a_second():
 
 
 def test_node_limiter_allows_the_lag_inverse():
-    """The node's last limiter bounds the command step by what moves a lagging drive one period's acceleration."""
+    """The node's last limiter bounds the command step by what moves a lagging, slipping drive's body one period's
+    acceleration."""
     from mnemo_mpc.ros.adapter import NavAdapter
     from mnemo_mpc.ros.convert import MessageTypes
 
@@ -242,6 +243,7 @@ def test_node_limiter_allows_the_lag_inverse():
     big = np.array([1.0, 0.0])
     assert instant.limit(big)[0] == pytest.approx(JACKAL.a_max / JACKAL.control_rate_hz)
     step = JACKAL.a_max / JACKAL.control_rate_hz / (1 - math.exp(-1 / JACKAL.control_rate_hz / JACKAL.dynamics_lag_v_s))
+    step /= JACKAL.dynamics_slip_v
     assert lagging.limit(big)[0] == pytest.approx(step)
 
 

@@ -483,7 +483,8 @@ class NavAdapter:
         """(2,) the most a published command may change in one control period (`limit`)."""
         step = self.controller.robot.accel_limits * self.period_s
         actuation = self.controller.config.actuation
-        return step if actuation is None else step / actuation.response(self.period_s)
+        # a lagging, slipping drive's command leads its velocity by the lag's and the slip's inverse (`nav.actuation`)
+        return step if actuation is None else step / actuation.response(self.period_s) / np.array(actuation.slip)
 
     def command_range(self) -> np.ndarray:
         """(2,) the largest |v|, |w| a published command can have."""
@@ -493,7 +494,7 @@ class NavAdapter:
     def limit(self, target: np.ndarray) -> np.ndarray:
         """The command to send for `target`: finite, inside the velocity limits and within one control period's
         acceleration of the previous command -- for a drive with lag (`ControllerConfig.actuation`), within the
-        command step that moves its velocity by one period's acceleration (a_max T / (1 - exp(-T / lag)))."""
+        command step that moves its velocity by one period's acceleration (a_max T / (1 - exp(-T / lag)) / slip)."""
         robot = self.controller.robot
         target = np.asarray(target, dtype=float).reshape(-1)
         if target.shape != (2,) or not np.all(np.isfinite(target)):
