@@ -16,8 +16,9 @@ given. The controller therefore
 
 The measured twist is odometry's: v from the wheels, which do not see the slip, and the yaw rate from a gyro, which
 does (the simulator's, and a wheel odometry fused with an IMU). The body's velocity is therefore (slip_v v, w)
-(`ActuationModel.body_velocity`). Unmodelled, the Jackal's slip (its body turns 0.85 of what its wheels do) left the
-realistic Jackal 4-7 of the 14 dense worlds mapless, against 12-14 with every other effect of its profile on.
+(`ActuationModel.body_velocity`). Of the Jackal profile's effects taken one at a time, its slip (the body turns 0.85 of
+what its wheels do) cost the most of the 14 dense worlds mapless: 4 of the first 9 reached unmodelled, 9 of 14
+inverted (`docs/realism.md`).
 
 With latency 0, lags 0 and slip 1 all of it is the identity, so the ideal robot's controller is unchanged.
 """
