@@ -83,6 +83,11 @@ class ActuationModel:
         """(2,) the share of a command step each loop covers in `h` seconds, 1 - exp(-h / lag) (1 without lag)."""
         return np.array([-math.expm1(-h / lag) if lag > 0 else 1.0 for lag in (self.lag_v_s, self.lag_w_s)])
 
+    def lead(self, dt: float) -> np.ndarray:
+        """(2,) how much a command's step exceeds the step it brings the body's velocity in `dt`: 1 / (response x
+        slip) per axis (1 for an ideal drive). The node's limiter and the fuzz monitor bound command steps by it."""
+        return 1.0 / (self.response(dt) * np.array(self.slip))
+
     def command_for(self, target: np.ndarray, velocity: np.ndarray, dt: float) -> np.ndarray:
         """The command that takes the body from `velocity` to `target` in `dt` (module docstring, step 2)."""
         velocity = np.asarray(velocity, dtype=float)

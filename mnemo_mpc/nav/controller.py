@@ -1176,14 +1176,15 @@ class Controller:
         progressed, stuck = self._checker.update(pose, now)
         if progressed:
             self._recoveries, self._next_behaviour = 0, 0
+        standing = self._still is not None and _stands(pose, self._still[1])
         # Waiting for a moving obstacle to pass, for at most stall_wait_s of standing still
-        if not self._moving_in_view() or self._still is None or not _stands(pose, self._still[1]):
+        if not (standing and self._moving_in_view()):
             self._waiting_since = None
         elif self._waiting_since is None:
             self._waiting_since = now
         if self._waiting_since is not None and now - self._waiting_since < cfg.stall_wait_s - 1e-9:
             self._still = (now, self._still[1])
-        elif self._still is None or not _stands(pose, self._still[1]):
+        elif not standing:
             self._still = (now, pose.copy())
         stalled = self._still is not None and now - self._still[0] >= cfg.stall_recovery_s - 1e-9
         if not (stuck or blocked or stalled):

@@ -483,8 +483,7 @@ class NavAdapter:
         """(2,) the most a published command may change in one control period (`limit`)."""
         step = self.controller.robot.accel_limits * self.period_s
         actuation = self.controller.config.actuation
-        # a lagging, slipping drive's command leads its velocity by the lag's and the slip's inverse (`nav.actuation`)
-        return step if actuation is None else step / actuation.response(self.period_s) / np.array(actuation.slip)
+        return step if actuation is None else step * actuation.lead(self.period_s)
 
     def command_range(self) -> np.ndarray:
         """(2,) the largest |v|, |w| a published command can have."""

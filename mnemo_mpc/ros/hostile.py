@@ -630,9 +630,7 @@ class Monitor:
         drive = params.actuation()
         if drive is not None:
             r = drive.response(params.dt)
-            self.overshoot = (
-                robot.accel_limits * params.dt / r / np.array(drive.slip)
-            )  # the command inverts the slip too
+            self.overshoot = robot.accel_limits * params.dt * drive.lead(params.dt)
             self.step = np.maximum(self.step, (2.0 - r) * self.overshoot)
             settle = drive.latency_s + 3.0 * max(drive.lag_v_s, drive.lag_w_s)  # within 5 % of a step
             self.lag_ticks = int(math.ceil(settle / self.period_s))
