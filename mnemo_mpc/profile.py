@@ -530,6 +530,7 @@ class NavParams:
         """The controller settings these parameters describe (warm start resolved by the caller: `build`)."""
         from mnemo_mpc.nav.controller import ControllerConfig
         from mnemo_mpc.nav.prediction import PredictionConfig
+        from mnemo_mpc.planning.surfaces import SurfaceConfig
 
         values = {
             "goal_tolerance_m": self.goal_tolerance_m,
@@ -541,6 +542,7 @@ class NavParams:
             "actuation": self.actuation(),
             "sqp_mode": self.sqp_mode,
             "tracking": PredictionConfig() if self.moving_prediction == "track" else None,
+            "surfaces": SurfaceConfig(noise_m=self.sensor_noise_m),
         }
         return ControllerConfig(**{**values, **overrides})
 

@@ -461,3 +461,25 @@ def test_a_turn_that_would_hit_a_wall_stops_and_says_so():
     pose = [1.5, 1.5, math.pi / 2]  # pointing along the wall
     out = c.step(grid, pose, [0.0, 0.0], [1.5, 1.5, 0.0])
     assert out.status == "goal_yaw_blocked" and "rotation_blocked" in out.flags and not np.any(out.command)
+
+
+def test_lidar_returns_place_the_walls_the_mpc_plans_on_finer_than_a_cell():
+    """With the returns the grid was fused from, a wall inside its cells reads where the returns are: the step's
+    field is the refined one (the recoveries' `cells_only` keeps whole cells); without `surfaces` the grid alone.
+    Returns that are not (K, 2) points are refused by name."""
+    c = Controller(RobotModel(), MPCConfig(fallback=None))
+    grid = room(obstacle=False)
+    ys = np.linspace(0.12, 2.88, 200)
+    wall = np.stack([np.full_like(ys, 2.92), ys], axis=-1)  # the right wall's cells start at x = 2.9
+    out = None
+    for _ in range(6):  # 3.6 returns a cell each: the count reaches max_count (20)
+        out = c.step(grid, [1.5, 1.5, 0.0], [0, 0], [2.0, 1.5, 0.0], returns=wall)
+    q = np.array([[2.7, 1.5]])
+    assert out.field.distance(q)[0] == pytest.approx(0.22 - 2 * 0.01 / math.sqrt(20), abs=2e-3)
+    assert out.field.cells_only.distance(q)[0] == pytest.approx(0.2, abs=1e-9)
+    plain = Controller(RobotModel(), MPCConfig(fallback=None), ControllerConfig(surfaces=None))
+    out = plain.step(grid, [1.5, 1.5, 0.0], [0, 0], [2.0, 1.5, 0.0], returns=wall)
+    assert out.field.distance(q)[0] == pytest.approx(0.2, abs=1e-9)
+    for bad in (np.zeros((4, 3)), "wall", np.zeros((200_000, 2))):
+        with pytest.raises(InputError, match="returns"):
+            c.step(grid, [1.5, 1.5, 0.0], [0, 0], [2.0, 1.5, 0.0], returns=bad)

@@ -79,11 +79,13 @@ from mnemo_mpc.planning.global_path import inflation_radius
 from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.planning.mpc import SQPMPC, MPCConfig, PlanResult, PredictedObstacles, WarmStart
 from mnemo_mpc.planning.robot import RobotModel
+from mnemo_mpc.planning.surfaces import CellSurfaces, ReturnMeans, SurfaceConfig
 
 log = logging.getLogger(__name__)
 
 # SQP statuses of a solve cut short by its caps (not refused, not diverged): its iterate may still be a safe plan.
 UNFINISHED = ("time_limit", "max_iter")
+MAX_RETURNS = 100_000  # lidar returns one step may bring (a 2-D scan has ~10^3)
 
 
 @dataclass
@@ -190,6 +192,9 @@ class ControllerConfig:
     # not for good. On the drifting Jackal the detector fires on wall faces its own odometry moves (static dense
     # worlds: 4 detections in a 54 s episode, one holding a robot stalled at a junction for 8 s).
     stall_wait_s: float = 3.0
+    # Wall positions finer than a cell from the lidar returns given to `step` (mnemo_mpc.planning.surfaces): each
+    # obstacle cell holding enough of them is their mean, not the whole cell. None: the grid's cells alone.
+    surfaces: SurfaceConfig | None = field(default_factory=SurfaceConfig)
 
     def __post_init__(self) -> None:
         if self.warm_start not in MODES:
@@ -376,6 +381,9 @@ class Controller:
                 stopping_reach(cfg.moving_obstacles.speed_m_s, self.robot.v_max, self.robot.a_max, self.mpc_config.dt),
             )
         )
+        # the returns' running mean per cell (built at the first returns, on their grid's lattice)
+        self._returns: ReturnMeans | None = None
+        self._surfaces: CellSurfaces | None = None  # this step's, for its grid
         self._reset_recovery(None)
 
     # --- public -------------------------------------------------------------------------------------------------
@@ -408,6 +416,7 @@ class Controller:
         if self._tracker is not None:
             self._tracker.reset()
         self._tracks, self._predicted, self._tracked_s = [], None, -np.inf
+        self._returns, self._surfaces = None, None
         if self._prefetch is not None:
             self._prefetch.clear()
 
@@ -463,12 +472,15 @@ class Controller:
         now_s: float | None = None,
         observation_age_s: float = 0.0,
         grid_age_s: float | None = None,
+        returns: np.ndarray | None = None,
     ) -> ControlOutput:
         """Compute the command for this control period (dt = MPCConfig.dt) from the grid and the pose and velocity
         measured `observation_age_s` ago; `now_s` is the caller's clock (default: one dt per step); `grid_age_s`: how
         long ago the grid was sensed (default: as the pose), the time the tracker takes its cells at. The stages: the
         state predicted to when the command acts (`nav.actuation`), the robot's own cells cleared (`nav.clearing`),
-        the plan (`_plan`), and the command the drive needs to follow it."""
+        the plan (`_plan`), and the command the drive needs to follow it. `returns`: the lidar returns (K, 2) the
+        grid was last updated with, in its frame; with `ControllerConfig.surfaces` they place walls finer than a
+        cell (`planning.surfaces`)."""
         t0 = time.perf_counter()
         check_step_inputs(pose, velocity, goal, global_path)  # bounded, not just finite (nav.step_inputs)
         if not isinstance(grid, OccupancyGrid):
@@ -496,6 +508,7 @@ class Controller:
             self._measured = (pose, velocity, t_now - observation_age_s, t_now)  # `next_problem` predicts from it
         else:
             start_pose, start_vel = pose, velocity
+        self._surfaces = self._surfaces_for(grid, returns, pose)
         if self.config.clear_footprint:
             reach = self.robot.radius + self.robot.safety_margin + self.mpc_config.clearance_buffer + grid.resolution
             grid = clear_robot_cells(grid, self.robot, pose, reach, also_unknown_at=start_pose[None])
@@ -519,6 +532,27 @@ class Controller:
             self._prefetch_next(out)
         out.time_s = time.perf_counter() - t0
         return out
+
+    def _surfaces_for(self, grid: OccupancyGrid, returns: np.ndarray | None, pose: np.ndarray) -> CellSurfaces | None:
+        """The wall positions of `grid`'s cells from the returns so far, `returns` added (`planning.surfaces`)."""
+        config = self.config.surfaces
+        if config is None:
+            return None
+        if returns is not None:
+            try:
+                pts = np.asarray(returns, dtype=float)
+            except (TypeError, ValueError):
+                pts = None
+            if pts is None or pts.ndim != 2 or pts.shape[1] != 2 or len(pts) > MAX_RETURNS:
+                raise InputError(
+                    f"Controller.step.returns: expected a (K, 2) array of points with K <= {MAX_RETURNS}, got "
+                    f"{getattr(returns, 'shape', type(returns).__name__)}"
+                )
+            means = self._returns
+            if means is None or not math.isclose(means.resolution, grid.resolution, rel_tol=1e-9):
+                means = self._returns = ReturnMeans(grid.resolution, config)
+            means.integrate(pts, pose[:2])
+        return None if self._returns is None else self._returns.surfaces(grid)
 
     def _plan(
         self,
@@ -569,7 +603,7 @@ class Controller:
             return ControlOutput(self.stop_command(velocity), "failed", None, time_s=time.perf_counter() - t0)
 
         cfg = self.config
-        field_ = DistanceField(grid, cfg.unknown_policy)
+        field_ = DistanceField(grid, cfg.unknown_policy, self._surfaces)
         own = self._path is None and cfg.plan_own_path
         if own:
             self._own.seen.update(seen)  # also while a recovery turns to re-observe
@@ -624,7 +658,7 @@ class Controller:
         rectangular body beside a wall), status "goal_yaw_blocked", which the node reports and FollowPath aborts on
         after its failure_tolerance."""
         self._last_plan, self._behaviour = None, None
-        field_ = DistanceField(grid, self.config.unknown_policy)
+        field_ = DistanceField(grid, self.config.unknown_policy, self._surfaces)
         if not recovery.rotation_free(self.mpc(grid.shape), field_, pose, check.yaw_error_rad):
             status, command, flags = "goal_yaw_blocked", self.stop_command(velocity), ["rotation_blocked"]
         else:
@@ -1152,11 +1186,12 @@ class Controller:
     ) -> ControlOutput | None:
         """Run the progress checker and the recoveries: a ControlOutput when a recovery (or "failed") decides this
         step, None for a normal step. `blocked` (the start has been in collision for `blocked_recovery_s`) counts as
-        stuck at once."""
+        stuck at once. The recoveries drive at millimetres from what the grid shows: on its whole cells
+        (`DistanceField.cells_only`), never on the surface points the MPC may plan on."""
         cfg = self.config
         mpc = self.mpc(grid.shape)
         if self._behaviour is not None:
-            target = self._behaviour.target(mpc, field_, pose, velocity, now)
+            target = self._behaviour.target(mpc, field_.cells_only, pose, velocity, now)
             if target is not None:
                 return self._recovery_output(target, velocity, self._behaviour.name, field_, t0)
             why = getattr(self._behaviour, "reason", "")
@@ -1210,16 +1245,17 @@ class Controller:
             self._next_behaviour += 1
             extent, speed = 0.0, 0.0
             if name == recovery.MANEUVER:
-                behaviour = self._maneuver(mpc, field_, grid, pose, now)
+                behaviour = self._maneuver(mpc, field_.cells_only, grid, pose, now)
                 if behaviour is not None:
                     break
                 log.info("%s skipped: no footprint-free motion onto the path ahead", name)
                 continue
             if name == recovery.ROTATE:
-                extent = recovery.rotation_angle(mpc, field_, pose, goal, cfg.spin_dist_rad)
+                extent = recovery.rotation_angle(mpc, field_.cells_only, pose, goal, cfg.spin_dist_rad)
                 speed = min(cfg.spin_speed, self.robot.w_max)
             elif name == recovery.BACK_OFF:
-                extent = cfg.backup_dist_m if recovery.reverse_free(mpc, field_, pose, cfg.backup_dist_m) else 0.0
+                free = recovery.reverse_free(mpc, field_.cells_only, pose, cfg.backup_dist_m)
+                extent = cfg.backup_dist_m if free else 0.0
                 speed = cfg.backup_speed
             if name == recovery.REPLAN or extent != 0.0:
                 break
@@ -1254,7 +1290,7 @@ class Controller:
             self._behaviour = behaviour
         else:
             self._behaviour = Behaviour(name, pose, now, extent, speed, cfg.recovery_time_allowance_s)
-        target = self._behaviour.target(mpc, field_, pose, velocity, now)
+        target = self._behaviour.target(mpc, field_.cells_only, pose, velocity, now)
         return self._recovery_output(np.zeros(2) if target is None else target, velocity, name, field_, t0)
 
     def _maneuver(

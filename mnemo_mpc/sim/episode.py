@@ -216,8 +216,14 @@ def run_episode(
             fix = getattr(obs, "map_from_odom", None)
             if fix is not None and (frame is None or np.any(fix != frame)):
                 frame, goal_c, path_c = fix.copy(), sim.to_odom(goal), sim.to_odom(path)
+            scan = getattr(obs, "scan", None)  # the returns the grid was just fused with (its frame)
             out = controller.step(
-                obs.local_grid, obs.pose, obs.velocity, goal_c, global_path=path_c if cfg.global_path else None
+                obs.local_grid,
+                obs.pose,
+                obs.velocity,
+                goal_c,
+                global_path=path_c if cfg.global_path else None,
+                returns=None if scan is None else scan.points(),
             )
             if out.status == "goal_reached" and float(np.hypot(*(goal[:2] - truth[:2]))) <= cfg.goal_tolerance_m:
                 outcome = "success"
