@@ -141,6 +141,11 @@ class NavParams:
     base_frame_id: str = param("base_link", "robot base frame (commands are expressed in it)")
     grid_topic: str = param("local_costmap/costmap", "nav_msgs/OccupancyGrid: the local rolling-window grid")
     odom_topic: str = param("odom", "nav_msgs/Odometry: pose in frame_id and body velocity")
+    scan_topic: str = param(
+        "scan",
+        "sensor_msgs/LaserScan: the lidar the grid is fused from, its returns placing walls finer than a cell "
+        "(in base_frame_id, frame_id, or a frame /tf connects); empty: none",
+    )
     goal_topic: str = param("goal_pose", "geometry_msgs/PoseStamped: the navigation goal, in frame_id")
     path_topic: str = param("plan", "nav_msgs/Path: optional global path in frame_id (sub-goals for the MPC)")
     cmd_vel_topic: str = param("cmd_vel", "geometry_msgs/Twist (or TwistStamped) velocity command")

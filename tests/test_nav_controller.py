@@ -483,3 +483,26 @@ def test_lidar_returns_place_the_walls_the_mpc_plans_on_finer_than_a_cell():
     for bad in (np.zeros((4, 3)), "wall", np.zeros((200_000, 2))):
         with pytest.raises(InputError, match="returns"):
             c.step(grid, [1.5, 1.5, 0.0], [0, 0], [2.0, 1.5, 0.0], returns=bad)
+
+
+def test_the_recoveries_drive_on_whole_cells_not_on_surface_points():
+    """A recovery under way (a stand-in that records the field it is given) gets the step's field without the
+    returns' points: the recoveries run the footprint to millimetres from what the grid shows."""
+    c = Controller(RobotModel(), MPCConfig(fallback=None))
+    grid = room(obstacle=False)
+    ys = np.linspace(0.12, 2.88, 200)
+    wall = np.stack([np.full_like(ys, 2.92), ys], axis=-1)
+    seen = []
+
+    class Recording:
+        name, reason, started_s = "recording", "", 0.0
+
+        def target(self, mpc, field_, pose, velocity, now):
+            seen.append(field_)
+            return np.zeros(2)
+
+    c.step(grid, [1.5, 1.5, 0.0], [0, 0], [2.0, 1.5, 0.0], returns=wall)
+    c._behaviour = Recording()
+    out = c.step(grid, [1.5, 1.5, 0.0], [0, 0], [2.0, 1.5, 0.0], returns=wall)
+    assert out.status == "recording" and len(seen) == 1
+    assert seen[0].surfaces is None and seen[0].grid.shape == grid.shape

@@ -466,3 +466,55 @@ def test_a_cancel_is_taken_before_the_ticks_command():
     calls.clear()
     node.NavNode._tick(fake)  # taken once
     assert calls == ["tick", "follow"]
+
+
+def scan_msg(store, types, frame, ranges, angle_min=-np.pi / 2, stamp=0.0):
+    n = len(ranges)
+    return store.types["sensor_msgs/msg/LaserScan"](
+        header=convert.make_header(types, stamp, frame),
+        angle_min=angle_min,
+        angle_max=angle_min + np.pi * (n - 1) / n,
+        angle_increment=np.pi / n,
+        time_increment=0.0,
+        scan_time=0.0,
+        range_min=0.05,
+        range_max=10.0,
+        ranges=np.asarray(ranges, dtype=np.float32),
+        intensities=np.zeros(0, dtype=np.float32),
+    )
+
+
+def test_a_scans_returns_reach_the_controller_in_frame_id_once(store, types):
+    """A LaserScan in base_link is placed by the odometry, one in a laser frame through /tf; its returns (finite,
+    within the range limits) reach the next tick's controller in odom, once. A scan that cannot be placed, or is
+    malformed, is dropped with a reason."""
+    ad = NavAdapter(NavParams(), types)
+    given = []
+    step = ad.controller.step
+    ad.controller.step = lambda *a, **k: given.append(k.get("returns")) or step(*a, **k)
+    ad.on_grid(convert.make_grid_msg(types, local_grid(), 0.0, "odom"), 0.0)
+    ad.on_goal(goal_msg(types, (1.5, 0.0, 0.0)), 0.0)
+    ad.on_scan(scan_msg(store, types, "base_link", [1.0] * 4), 0.0)  # no odometry yet: cannot be placed
+    assert ad.stats.rejected["scan"] == 1 and "no odometry" in ad.last_rejection
+    ad.on_odometry(odom_msg(store, types, (0.5, 0.2, np.pi / 2), (0, 0)), 0.0)
+    # beams at -90, -45, 0, 45 degrees: the first beyond range_max, the second NaN, the others hit at 1 m and 2 m
+    ad.on_scan(scan_msg(store, types, "base_link", [np.inf, np.nan, 1.0, 2.0]), 0.0)
+    ad.tick(0.05)
+    ad.tick(0.1)
+    assert given[1] is None  # counted once
+    expected = [[0.5, 1.2], [0.5 - 2 * np.sin(np.pi / 4), 0.2 + 2 * np.cos(np.pi / 4)]]
+    np.testing.assert_allclose(given[0], expected, atol=1e-6)
+    # A laser frame 0.1 m ahead of base_link, through /tf (odom -> laser)
+    ad.on_tf(tf_msg(store, "odom", "laser", 0.1, 0.5, 0.3, np.pi / 2), 0.1)
+    ad.on_scan(scan_msg(store, types, "laser", [1.0], angle_min=0.0), 0.1)
+    ad.tick(0.15)
+    np.testing.assert_allclose(given[-1], [[0.5, 1.3]], atol=1e-6)
+    for bad, why in (
+        (scan_msg(store, types, "camera", [1.0]), "no transform"),
+        (scan_msg(store, types, "odom", [1.0], stamp=-5.0), "stale_timeout_s"),
+        (dataclasses.replace(scan_msg(store, types, "odom", [1.0]), angle_increment=0.0), "angle_increment"),
+        (dataclasses.replace(scan_msg(store, types, "odom", [1.0] * 3), range_max=np.nan), "range_max"),
+        (scan_msg(store, types, "odom", np.ones(200_000)), "at most"),
+    ):
+        ad.on_scan(bad, 0.2)
+        assert why in ad.last_rejection, (why, ad.last_rejection)

@@ -114,6 +114,30 @@ def state_from_odometry(msg: Any) -> tuple[np.ndarray, np.ndarray]:
     return pose, vel
 
 
+MAX_SCAN_BEAMS = 100_000  # a 2-D lidar has ~10^3 beams a scan
+
+
+def returns_from_scan(msg: Any) -> np.ndarray:
+    """sensor_msgs/LaserScan -> (K, 2) points of its returns in its own frame: the beams whose range is finite and
+    within [range_min, range_max] (REP-117: +inf no return, NaN an erroneous reading)."""
+    ranges = np.asarray(msg.ranges, dtype=float).reshape(-1)
+    if ranges.size > MAX_SCAN_BEAMS:
+        raise InputError(f"LaserScan ranges: expected at most {MAX_SCAN_BEAMS} beams, got {ranges.size}")
+    start, step = float(msg.angle_min), float(msg.angle_increment)
+    lo, hi = float(msg.range_min), float(msg.range_max)
+    if not (math.isfinite(start) and math.isfinite(step) and step != 0.0 and abs(step) * ranges.size <= 4 * math.pi):
+        raise InputError(
+            f"LaserScan angle_min {start}, angle_increment {step}: expected finite, a non-zero increment, and the "
+            "beams within two turns"
+        )
+    if not (math.isfinite(lo) and math.isfinite(hi) and 0.0 <= lo < hi):
+        raise InputError(f"LaserScan range_min {lo}, range_max {hi}: expected finite, 0 <= range_min < range_max")
+    angles = start + step * np.arange(ranges.size)
+    hit = np.isfinite(ranges) & (ranges >= lo) & (ranges <= hi)
+    r, a = ranges[hit], angles[hit]
+    return np.stack([r * np.cos(a), r * np.sin(a)], axis=-1)
+
+
 def goal_from_pose_stamped(msg: Any) -> np.ndarray:
     return _pose2d(msg.pose, "PoseStamped.pose")
 

@@ -27,7 +27,7 @@ from nav_msgs.msg import MapMetaData, OccupancyGrid, Odometry, Path
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.task import Future
 from std_msgs.msg import Header
 
@@ -60,6 +60,7 @@ RCLPY_TYPES = MessageTypes(
 # (`ros2 topic pub`, RViz) and transient-local (latched) ones alike. (A transient-local subscription refused volatile
 # publishers; subscribing with both made every volatile publisher warn about the incompatible twin.)
 INPUT_QOS = QoSProfile(depth=1, durability=DurabilityPolicy.VOLATILE, reliability=ReliabilityPolicy.RELIABLE)
+SCAN_QOS = qos_profile_sensor_data  # best effort: matches a reliable or a best-effort scan publisher
 FOLLOW_PATH_ACTION = "follow_path"  # Nav2's controller server's action name, in the node's namespace
 TRACKS_TOPIC = "~/tracks"  # the tracked obstacles' markers (moving_prediction 'track'); remap it as any topic
 # Markers at most this often (a display needs no more; a MarkerArray of 5 tracks takes ~1.4 ms to build in rclpy)
@@ -149,6 +150,7 @@ class PlannerInterface:
         self._subscriptions_made = [
             self.create_subscription(OccupancyGrid, p.grid_topic, self._cb(self.adapter.on_grid), 1),
             self.create_subscription(Odometry, p.odom_topic, self._cb(self.adapter.on_odometry), 10),
+            *self._scan_subscription(),
             self.create_subscription(PoseStamped, p.goal_topic, self._cb(self._on_goal), INPUT_QOS),
             self.create_subscription(Path, p.path_topic, self._cb(self.adapter.on_path), INPUT_QOS),
         ]
@@ -179,7 +181,8 @@ class PlannerInterface:
         self.get_logger().info(
             f"mnemo_mpc local planner: N={p.horizon_steps}, dt={p.dt}, {p.sqp_method}, {p.control_rate_hz:g} Hz, "
             f"window {p.window_cells}x{p.window_cells} at {p.grid_resolution} m (ready in {warm_up_s:.1f} s), "
-            f"grid '{p.grid_topic}', odom '{p.odom_topic}', goal '{p.goal_topic}' in frame '{p.frame_id}'; "
+            f"grid '{p.grid_topic}', odom '{p.odom_topic}', goal '{p.goal_topic}' in frame '{p.frame_id}', "
+            f"scan {repr(p.scan_topic) if p.scan_topic else 'none'}; "
             f"warm start {controller.config.warm_start}"
             + (f" with {model.info.path} on {model.provider}" if model is not None else "")
         )
@@ -233,6 +236,15 @@ class PlannerInterface:
         self._publish_tick(result, now)
         if self._following is not None:
             self._follow_tick(result, now)
+
+    def _scan_subscription(self) -> list[Any]:
+        """The lidar's returns (`scan_topic`; none when empty), with the sensor data QoS (best effort, as drivers
+        publish scans): they place walls finer than the grid's cells."""
+        if not self.params.scan_topic:
+            return []
+        from sensor_msgs.msg import LaserScan
+
+        return [self.create_subscription(LaserScan, self.params.scan_topic, self._cb(self.adapter.on_scan), SCAN_QOS)]
 
     def _tf_subscriptions(self) -> list[Any]:
         """/tf and /tf_static into the adapter's transform buffer (goal and path in map), when tf2_msgs is installed;
