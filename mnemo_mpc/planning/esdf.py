@@ -8,6 +8,10 @@ Unknown-space policy: `unknown_policy="occupied"` (default, safe: the planner ne
 seen) treats unknown cells as obstacles; `"free"` treats them as free. Space outside the grid is unknown and follows
 the same policy. Seed 002 §5.2 plans on an occupancy grid with "conservative safety and collision avoidance
 constraints"; this field is what the clearance constraint clearance(x_k) >= radius + margin evaluates.
+
+With `CellSurfaces` (`planning.surfaces`: each cell's mean lidar return) an obstacle cell holding one is that point
+less its uncertainty, never nearer than the whole cell: a wall face inside a cell reads where the returns put it, not
+at the cell's near face. `cells_only` is the field without them.
 """
 
 from __future__ import annotations
@@ -219,8 +223,8 @@ class DistanceField:
 
     def exact_distance(self, xy: np.ndarray, reach: float = 0.3) -> np.ndarray:
         """Distance at points (..., 2) to the nearest obstacle cell's square itself (a refined cell: its surface
-        point, less its uncertainty), where `distance` says it is within `reach` m; `distance` elsewhere (and where
-        it is less: inside obstacles, outside the grid).
+        point less its uncertainty, never nearer than its square), where `distance` says it is within `reach` m;
+        `distance` elsewhere (and where it is less: inside obstacles, outside the grid).
 
         `distance` (centre distance - resolution / 2, bilinear) is exact beside a wall but overestimates towards an
         obstacle's corner, by up to ~0.2 resolution (1 cm on a 5 cm grid): a rotation in place whose sweep kept
