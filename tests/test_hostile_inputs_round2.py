@@ -301,9 +301,10 @@ def test_controller_step_refuses_out_of_bound_inputs_and_keeps_working(argument,
 
 def test_bounds_agree_with_the_ros_conversions():
     from mnemo_mpc.nav import step_inputs
+    from mnemo_mpc.planning import surfaces
     from mnemo_mpc.ros import convert
 
-    assert step_inputs.MAX_COORDINATE_M == convert.MAX_COORDINATE_M
+    assert step_inputs.MAX_COORDINATE_M == convert.MAX_COORDINATE_M == surfaces.MAX_COORDINATE_M
 
 
 def test_map_negate_follows_map_server(tmp_path):

@@ -2,6 +2,7 @@
 that takes a refined cell as its point."""
 
 import dataclasses
+import warnings
 
 import numpy as np
 import pytest
@@ -87,6 +88,19 @@ def test_the_means_follow_a_moving_frame_and_the_window_keeps_what_stays_in_it()
     after = means.surfaces(grid)
     assert after.points[30, 20, 0] == pytest.approx(1.04, abs=1e-3)
     assert not after.known[:, :6].any()  # x < 0.3 m fell out of the window (its left edge now at x = 0.2 + ...)
+
+
+def test_returns_that_are_no_walls_are_dropped():
+    """NaN, inf and absurdly far returns (a 1e300 m "return" would wrap the cell index) leave the means as they
+    were, without a warning."""
+    means = ReturnMeans(RES, SurfaceConfig(noise_m=0.0))
+    wall = np.array([[1.02, 1.5]] * 5)
+    means.integrate(wall, np.array([1.5, 1.5]))
+    before = means.sums.copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        means.integrate(np.array([[np.nan, 1.0], [np.inf, 1.0], [1e300, 1.5], [1.5, -1e300]]), np.array([1.5, 1.5]))
+    np.testing.assert_array_equal(means.sums, before)
 
 
 def test_surfaces_only_for_a_grid_on_the_lattice():

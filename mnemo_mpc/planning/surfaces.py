@@ -23,6 +23,8 @@ import numpy as np
 from mnemo_mpc.errors import InputError, is_real
 from mnemo_mpc.planning.grid import OccupancyGrid
 
+MAX_COORDINATE_M = 1e6  # a return farther out than this is no wall (= mnemo_mpc.nav.step_inputs.MAX_COORDINATE_M)
+
 
 @dataclass(frozen=True)
 class SurfaceConfig:
@@ -103,7 +105,7 @@ class ReturnMeans:
     def integrate(self, returns: np.ndarray, centre_xy: np.ndarray) -> None:
         """Add one scan's `returns` (K, 2; the grid's frame), the window centred on `centre_xy` (the robot)."""
         pts = np.asarray(returns, dtype=float).reshape(-1, 2)
-        pts = pts[np.all(np.isfinite(pts), axis=1)]
+        pts = pts[np.all(np.abs(pts) <= MAX_COORDINATE_M, axis=1)]  # NaN, inf and absurd returns dropped
         origin = np.floor(np.asarray(centre_xy, dtype=float)[:2] / self.resolution).astype(np.int64) - self.cells // 2
         if self.origin_index is None:
             self.origin_index = origin
