@@ -16,6 +16,7 @@ at the cell's near face. `cells_only` is the field without them.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,8 +51,7 @@ class DistanceField:
         self.grid = grid
         self.unknown_policy = unknown_policy
         self.obstacles = self.obstacle_mask(grid, unknown_policy)
-        pad = unknown_policy == "occupied"
-        self.values = signed_distance(self.obstacles, grid.resolution, pad_obstacle=pad)
+        self.cell_values = signed_distance(self.obstacles, grid.resolution, pad_obstacle=unknown_policy == "occupied")
         # Obstacle cells with a measured surface point (`planning.surfaces`) are that point, less its uncertainty
         self.surfaces, self.refined = None, np.zeros(grid.shape, bool)
         if surfaces is not None:
@@ -63,8 +63,17 @@ class DistanceField:
             self.refined = self.obstacles & surfaces.known
             if self.refined.any():
                 self.surfaces = surfaces
-                self.values = self._refined_values(pad)
         self._cache: dict = {}
+
+    @property
+    def values(self) -> np.ndarray:
+        """The field at the cell centres (H, W): the whole cells' (`cell_values`), the refined cells taken as their
+        surface points where there are any (computed at the first use: a step that only recovers never needs it)."""
+        if self.surfaces is None:
+            return self.cell_values
+        if "values" not in self._cache:
+            self._cache["values"] = self._refined_values(self.unknown_policy == "occupied")
+        return self._cache["values"]
 
     def _refined_values(self, pad: bool) -> np.ndarray:
         """`values` with the refined cells taken as their surface points: at free cells the least of the distance to
@@ -81,7 +90,7 @@ class DistanceField:
             mask = np.pad(mask, 1, constant_values=True)
         squares = ndimage.distance_transform_edt(~mask) * res - 0.5 * res if mask.any() else np.full(mask.shape, np.inf)
         squares = squares[1:-1, 1:-1] if pad else squares
-        band = ~self.obstacles & (self.values < self.surfaces.band_m)
+        band = ~self.obstacles & (self.cell_values < self.surfaces.band_m)
         rows, cols = np.mgrid[0:h, 0:w]
         centres = self.grid.grid_to_world(np.stack([cols + 0.5, rows + 0.5], axis=-1).astype(float)).reshape(-1, 2)
         # Per cell (flat, and a last row for "no cell": a point at infinity): the point and its uncertainty
@@ -117,8 +126,8 @@ class DistanceField:
                         best[at[better]] = d[better]
                         choice.reshape(-1)[at[better]] = k[better]
         best = best.reshape(h, w)
-        values = self.values.copy()
-        values[band] = np.maximum(np.minimum(squares[band], best[band]), self.values[band])
+        values = self.cell_values.copy()
+        values[band] = np.maximum(np.minimum(squares[band], best[band]), self.cell_values[band])
         return values
 
     @property
@@ -127,7 +136,9 @@ class DistanceField:
         if self.surfaces is None:
             return self
         if "cells_only" not in self._cache:
-            self._cache["cells_only"] = DistanceField(self.grid, self.unknown_policy)
+            cells = copy.copy(self)  # the whole cells' values are this field's own: not computed again
+            cells.surfaces, cells.refined, cells._cache = None, np.zeros(self.shape, bool), {}
+            self._cache["cells_only"] = cells
         return self._cache["cells_only"]
 
     @staticmethod
@@ -139,7 +150,7 @@ class DistanceField:
 
     @property
     def shape(self) -> tuple[int, int]:
-        return self.values.shape
+        return self.cell_values.shape
 
     def distance(self, xy: np.ndarray) -> np.ndarray:
         """Signed distance at map-frame points (..., 2), bilinear between cell centres.
