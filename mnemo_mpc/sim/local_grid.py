@@ -27,6 +27,7 @@ import numpy as np
 from mnemo_mpc.errors import InputError, is_real
 from mnemo_mpc.planning import costmap as cm
 from mnemo_mpc.planning.grid import UNKNOWN, OccupancyGrid
+from mnemo_mpc.planning.surfaces import shifted
 from mnemo_mpc.sim.lidar import LidarScan
 
 COSTMAPS = ("raw", "inflated")
@@ -124,15 +125,8 @@ class LocalGrid:
         dx, dy = (new - self.origin_index).tolist()
         if dx == 0 and dy == 0:
             return
-        n = self.config.cells
-        lo, ob = np.zeros_like(self.logodds), np.zeros_like(self.observed)
-        if abs(dx) < n and abs(dy) < n:
-            # new[r, c] = old[r + dy, c + dx]
-            src_r, dst_r = slice(max(dy, 0), n + min(dy, 0)), slice(max(-dy, 0), n + min(-dy, 0))
-            src_c, dst_c = slice(max(dx, 0), n + min(dx, 0)), slice(max(-dx, 0), n + min(-dx, 0))
-            lo[dst_r, dst_c] = self.logodds[src_r, src_c]
-            ob[dst_r, dst_c] = self.observed[src_r, src_c]
-        self.logodds, self.observed, self.origin_index = lo, ob, new
+        self.logodds, self.observed = shifted(self.logodds, dx, dy, 0.0), shifted(self.observed, dx, dy, False)
+        self.origin_index = new
 
     def _scatter(self, cols: np.ndarray, rows: np.ndarray, valid: np.ndarray) -> np.ndarray:
         """Boolean (n*n,) mask of the window cells hit by continuous cell coordinates (points outside dropped)."""
