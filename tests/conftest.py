@@ -75,6 +75,7 @@ UNIT = {
     "test_planning_mpc_moving",
     "test_planning_sizing",
     "test_planning_sqp",
+    "test_planning_surfaces",
     "test_profile",
     "test_robot_profiles",
     "test_ros_adapter",

@@ -483,6 +483,8 @@ def test_lidar_returns_place_the_walls_the_mpc_plans_on_finer_than_a_cell():
     for bad in (np.zeros((4, 3)), "wall", np.zeros((200_000, 2))):
         with pytest.raises(InputError, match="returns"):
             c.step(grid, [1.5, 1.5, 0.0], [0, 0], [2.0, 1.5, 0.0], returns=bad)
+    with pytest.raises(InputError, match="ControllerConfig.surfaces"):
+        ControllerConfig(surfaces={"noise_m": 0.02})
 
 
 def test_the_recoveries_drive_on_whole_cells_not_on_surface_points():

@@ -205,6 +205,8 @@ class ControllerConfig:
             raise InputError(
                 f"ControllerConfig.unknown_policy: expected one of {UNKNOWN_POLICIES}, got {self.unknown_policy!r}"
             )
+        if self.surfaces is not None and not isinstance(self.surfaces, SurfaceConfig):
+            raise InputError(f"ControllerConfig.surfaces: expected a SurfaceConfig or None, got {self.surfaces!r}")
         if not (is_real(self.goal_tolerance_m) and self.goal_tolerance_m > 0):
             raise InputError(f"ControllerConfig.goal_tolerance_m: expected metres > 0, got {self.goal_tolerance_m!r}")
         if not (is_real(self.yaw_goal_tolerance) and self.yaw_goal_tolerance > 0):
