@@ -487,7 +487,7 @@ def test_lidar_returns_place_the_walls_the_mpc_plans_on_finer_than_a_cell():
         ControllerConfig(surfaces={"noise_m": 0.02})
 
 
-def test_the_recoveries_drive_on_whole_cells_not_on_surface_points():
+def test_the_recoveries_drive_on_whole_cells_not_on_surface_points(monkeypatch):
     """A recovery under way (a stand-in that records the field it is given) gets the step's field without the
     returns' points: the recoveries run the footprint to millimetres from what the grid shows."""
     c = Controller(RobotModel(), MPCConfig(fallback=None))
@@ -505,9 +505,12 @@ def test_the_recoveries_drive_on_whole_cells_not_on_surface_points():
 
     c.step(grid, [1.5, 1.5, 0.0], [0, 0], [2.0, 1.5, 0.0], returns=wall)
     c._behaviour = Recording()
+    refined = []
+    original = DistanceField._refined_values
+    monkeypatch.setattr(DistanceField, "_refined_values", lambda f, pad: refined.append(f) or original(f, pad))
     out = c.step(grid, [1.5, 1.5, 0.0], [0, 0], [2.0, 1.5, 0.0], returns=wall)
     assert out.status == "recording" and len(seen) == 1
     assert seen[0].surfaces is None and seen[0].grid.shape == grid.shape
     # ... and the step never computed the refined field (~3-5 ms on the 120 x 120 window): a recovery step is the
     # slowest there is already (the manoeuvre's lattice search)
-    assert out.field.surfaces is not None and "values" not in out.field._cache
+    assert refined == []

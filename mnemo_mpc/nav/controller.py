@@ -79,13 +79,12 @@ from mnemo_mpc.planning.global_path import inflation_radius
 from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.planning.mpc import SQPMPC, MPCConfig, PlanResult, PredictedObstacles, WarmStart
 from mnemo_mpc.planning.robot import RobotModel
-from mnemo_mpc.planning.surfaces import CellSurfaces, ReturnMeans, SurfaceConfig
+from mnemo_mpc.planning.surfaces import MAX_RETURNS, CellSurfaces, ReturnMeans, SurfaceConfig
 
 log = logging.getLogger(__name__)
 
 # SQP statuses of a solve cut short by its caps (not refused, not diverged): its iterate may still be a safe plan.
 UNFINISHED = ("time_limit", "max_iter")
-MAX_RETURNS = 100_000  # lidar returns one step may bring (a 2-D scan has ~10^3)
 
 
 @dataclass
@@ -610,7 +609,9 @@ class Controller:
         if own:
             self._own.seen.update(seen)  # also while a recovery turns to re-observe
         blocked = self._blocked_since is not None and now - self._blocked_since >= cfg.blocked_recovery_s - 1e-9
-        recovered = self._recovery_step(grid, field_, pose, velocity, goal, now, t0, blocked)
+        # The recoveries drive at millimetres from what the grid shows: on its whole cells, never on the surface
+        # points the MPC plans on (a shallow copy: the refined field is computed only if the MPC plans)
+        recovered = self._recovery_step(grid, field_.cells_only, pose, velocity, goal, now, t0, blocked)
         if recovered is not None:
             return recovered
 
@@ -1188,12 +1189,11 @@ class Controller:
     ) -> ControlOutput | None:
         """Run the progress checker and the recoveries: a ControlOutput when a recovery (or "failed") decides this
         step, None for a normal step. `blocked` (the start has been in collision for `blocked_recovery_s`) counts as
-        stuck at once. The recoveries drive at millimetres from what the grid shows: on its whole cells
-        (`DistanceField.cells_only`), never on the surface points the MPC may plan on."""
+        stuck at once. `field_` is the recoveries': whole cells (`_plan` passes `DistanceField.cells_only`)."""
         cfg = self.config
         mpc = self.mpc(grid.shape)
         if self._behaviour is not None:
-            target = self._behaviour.target(mpc, field_.cells_only, pose, velocity, now)
+            target = self._behaviour.target(mpc, field_, pose, velocity, now)
             if target is not None:
                 return self._recovery_output(target, velocity, self._behaviour.name, field_, t0)
             why = getattr(self._behaviour, "reason", "")
@@ -1247,17 +1247,16 @@ class Controller:
             self._next_behaviour += 1
             extent, speed = 0.0, 0.0
             if name == recovery.MANEUVER:
-                behaviour = self._maneuver(mpc, field_.cells_only, grid, pose, now)
+                behaviour = self._maneuver(mpc, field_, grid, pose, now)
                 if behaviour is not None:
                     break
                 log.info("%s skipped: no footprint-free motion onto the path ahead", name)
                 continue
             if name == recovery.ROTATE:
-                extent = recovery.rotation_angle(mpc, field_.cells_only, pose, goal, cfg.spin_dist_rad)
+                extent = recovery.rotation_angle(mpc, field_, pose, goal, cfg.spin_dist_rad)
                 speed = min(cfg.spin_speed, self.robot.w_max)
             elif name == recovery.BACK_OFF:
-                free = recovery.reverse_free(mpc, field_.cells_only, pose, cfg.backup_dist_m)
-                extent = cfg.backup_dist_m if free else 0.0
+                extent = cfg.backup_dist_m if recovery.reverse_free(mpc, field_, pose, cfg.backup_dist_m) else 0.0
                 speed = cfg.backup_speed
             if name == recovery.REPLAN or extent != 0.0:
                 break
@@ -1292,7 +1291,7 @@ class Controller:
             self._behaviour = behaviour
         else:
             self._behaviour = Behaviour(name, pose, now, extent, speed, cfg.recovery_time_allowance_s)
-        target = self._behaviour.target(mpc, field_.cells_only, pose, velocity, now)
+        target = self._behaviour.target(mpc, field_, pose, velocity, now)
         return self._recovery_output(np.zeros(2) if target is None else target, velocity, name, field_, t0)
 
     def _maneuver(

@@ -156,7 +156,8 @@ class NavAdapter:
         self.stats = AdapterStats()
         self._grid: _Stamped | None = None
         self._odom: _Stamped | None = None
-        self._returns: np.ndarray | None = None  # the last scan's returns in frame_id, for the next tick
+        self._scan: _Stamped | None = None
+        self._returns: np.ndarray | None = None  # the last scan's returns in frame_id, for the next tick only
         self._goal: np.ndarray | None = None
         self._goal_stamp: float | None = None
         # /tf and /tf_static (`on_tf`), and a goal or path held in another frame until expressed in frame_id
@@ -200,34 +201,28 @@ class NavAdapter:
             self._odom = got
 
     def on_scan(self, msg: Any, now_s: float) -> None:
-        """A sensor_msgs/LaserScan: its returns, expressed in frame_id, go to the controller with the next tick
-        (walls finer than a cell, `planning.surfaces`). A scan in base_frame_id is placed by the last odometry, one
-        in another frame through /tf; one that cannot be placed, or is stale, is dropped and reported."""
+        """A sensor_msgs/LaserScan: its returns, expressed in frame_id (`_scan_returns`), go to the controller with
+        the next tick (walls finer than a cell, `planning.surfaces`); checked and dropped as any sensor message."""
+        got = self._receive("scan", msg, now_s, self._scan, self._scan_returns, framed=True)
+        if got is not None:
+            self._scan, self._returns = got, got.value
+
+    def _scan_returns(self, msg: Any) -> np.ndarray:
+        """A scan's returns in frame_id: as they are in frame_id, placed by the last odometry in base_frame_id,
+        through /tf from any other frame."""
+        frame = self._frame_of(msg)
+        points = convert.returns_from_scan(msg)
+        if frame is None:
+            return points
+        if frame == self.params.base_frame_id.lstrip("/"):
+            if self._odom is None:
+                raise InputError(f"header.frame_id {frame!r}: no odometry yet to place it in frame_id")
+            return to_world(points, self._odom.value[0])
         try:
-            stamp = convert.stamp_seconds(msg.header.stamp)
-            if stamp is not None and abs(now_s - stamp) > self.params.stale_timeout_s:
-                raise InputError(
-                    f"header.stamp {stamp:.3f} s is {abs(now_s - stamp):.3f} s from the clock ({now_s:.3f} s; "
-                    f"stale_timeout_s {self.params.stale_timeout_s})"
-                )
-            frame = str(msg.header.frame_id).lstrip("/")
-            points = convert.returns_from_scan(msg)
-            if frame == self.params.frame_id.lstrip("/"):
-                self._returns = points
-            elif frame == self.params.base_frame_id.lstrip("/"):
-                if self._odom is None:
-                    raise InputError(f"header.frame_id {frame!r}: no odometry yet to place it in frame_id")
-                self._returns = to_world(points, self._odom.value[0])
-            else:
-                try:
-                    t = self.tf.lookup(self.params.frame_id.lstrip("/"), frame)
-                except TransformError as exc:
-                    raise InputError(f"header.frame_id {frame!r}: no transform to frame_id ({exc})") from exc
-                self._returns = t.apply_path(points)[:, :2]
-        except Exception as exc:  # any malformed message is dropped and reported; it must never stop the node
-            if not isinstance(exc, InputError):
-                self.stats.unexpected["scan"] += 1
-            self._reject("scan", str(exc) if isinstance(exc, InputError) else f"{type(exc).__name__}: {exc}")
+            t = self.tf.lookup(self.params.frame_id.lstrip("/"), frame)
+        except TransformError as exc:
+            raise InputError(f"header.frame_id {frame!r}: no transform to frame_id ({exc})") from exc
+        return t.apply_path(points)[:, :2]
 
     def on_tf(self, msg: Any, now_s: float, static: bool = False) -> None:
         """A tf2_msgs/TFMessage from /tf (or /tf_static with `static`) into the transform buffer; refused transforms

@@ -16,6 +16,7 @@ import numpy as np
 from mnemo_mpc.errors import InputError
 from mnemo_mpc.planning.costmap import OCCUPANCY, check_semantics
 from mnemo_mpc.planning.grid import OccupancyGrid
+from mnemo_mpc.planning.surfaces import MAX_RETURNS
 
 
 @dataclass(frozen=True)
@@ -114,15 +115,12 @@ def state_from_odometry(msg: Any) -> tuple[np.ndarray, np.ndarray]:
     return pose, vel
 
 
-MAX_SCAN_BEAMS = 100_000  # a 2-D lidar has ~10^3 beams a scan
-
-
 def returns_from_scan(msg: Any) -> np.ndarray:
     """sensor_msgs/LaserScan -> (K, 2) points of its returns in its own frame: the beams whose range is finite and
     within [range_min, range_max] (REP-117: +inf no return, NaN an erroneous reading)."""
     ranges = np.asarray(msg.ranges, dtype=float).reshape(-1)
-    if ranges.size > MAX_SCAN_BEAMS:
-        raise InputError(f"LaserScan ranges: expected at most {MAX_SCAN_BEAMS} beams, got {ranges.size}")
+    if ranges.size > MAX_RETURNS:
+        raise InputError(f"LaserScan ranges: expected at most {MAX_RETURNS} beams, got {ranges.size}")
     start, step = float(msg.angle_min), float(msg.angle_increment)
     lo, hi = float(msg.range_min), float(msg.range_max)
     if not (math.isfinite(start) and math.isfinite(step) and step != 0.0 and abs(step) * ranges.size <= 4 * math.pi):
