@@ -54,6 +54,7 @@ UNIT = {
     "test_nav_actuation",
     "test_nav_controller",
     "test_nav_goal_checker",
+    "test_nav_hold",
     "test_nav_maneuver",
     "test_nav_moving_obstacles",
     "test_nav_narrow_passage",

@@ -46,6 +46,7 @@ def test_episode_reaches_goal_without_collision(sim, controller, tmp_path):
     assert m["success"] and not m["collision"] and not m["timeout"], m
     assert m["collision_context"] is None
     assert m["grid_error_m"]["p50"] == 0.0  # the ideal robot's grid is the map at the true pose
+    assert m["field_error_m"]["p50"] == pytest.approx(0.0, abs=1e-6)  # and the MPC's field is its cells
     assert m["final_dist_to_goal_m"] <= 0.25
     assert m["path_length_m"] >= 2.6 - 0.3
     assert m["steps"] == len(res.steps) == res.record["pose"].shape[0]

@@ -383,6 +383,8 @@ def evaluate(args: argparse.Namespace, setup: Any, jobs: list, name: str) -> dic
         # The local grid against the world near obstacles (`sim.episode.GridError`; positive: walls shown nearer):
         # the median over episodes of each one's p50 and p95, and the extremes
         "grid_error_m": _grid_error([e["grid_error_m"] for e in episodes]),
+        # The field the MPC planned on, the same way (its surface points included); negative: a wall believed farther
+        "field_error_m": _field_error([e.get("field_error_m") for e in episodes]),
         "first_move_s": percentiles([e["first_move_s"] for e in episodes if e["first_move_s"] is not None], 3),
         "never_moved": sum(e["first_move_s"] is None for e in episodes),
         # With --moving-prediction track: the controller's confirmed tracks against the world's moving obstacles
@@ -421,6 +423,8 @@ def report(summary: dict[str, Any]) -> None:
     )
     ge = summary["grid_error_m"]
     print(f"local grid vs world near obstacles: walls nearer by p50 {ge['p50']} p95 {ge['p95']} m (min {ge['min']} m)")
+    fe = summary["field_error_m"]
+    print(f"the field the MPC planned on vs world: walls nearer by p50 {fe['p50']}, p5 {fe['p5']}, min {fe['min']} m")
     pct = summary["step_time_ms"]
     print(f"step time, every step: p50 {pct['p50']} p99 {pct['p99']} ms, max {pct['max']} ms")
     for family, pct in summary["step_time_ms_by_family"].items():
@@ -449,6 +453,17 @@ def _grid_error(per_episode: list[dict]) -> dict[str, float | None]:
         "min": over("min", min),
         "max": over("max", max),
     }
+
+
+def _field_error(per_episode: list[dict | None]) -> dict[str, float | None]:
+    import numpy as np
+
+    rows = [e for e in per_episode if e and e.get("p50") is not None]
+
+    def median(key: str) -> float | None:
+        return round(float(np.median([e[key] for e in rows])), 4) if rows else None
+
+    return {"p50": median("p50"), "p5": median("p5"), "min": min((e["min"] for e in rows), default=None)}
 
 
 def _p5(values: list[float]) -> float | None:

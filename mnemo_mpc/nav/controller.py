@@ -57,6 +57,7 @@ from mnemo_mpc.nav import recovery, rotation_shim
 from mnemo_mpc.nav.actuation import ActuationModel, CommandHistory
 from mnemo_mpc.nav.clearing import clear_robot_cells
 from mnemo_mpc.nav.goal_checker import ALIGN, REACHED, GoalCheck, GoalChecker, align_in_place
+from mnemo_mpc.nav.hold import OccupancyHold
 from mnemo_mpc.nav.maneuver import Maneuver, plan_maneuver
 from mnemo_mpc.nav.modes import MODES, SQP_MODES
 from mnemo_mpc.nav.moving_obstacles import MovingObstacleConfig, MovingObstacles, stopping_reach
@@ -194,6 +195,9 @@ class ControllerConfig:
     # Wall positions finer than a cell from the lidar returns given to `step` (mnemo_mpc.planning.surfaces): each
     # obstacle cell holding enough of them is their mean, not the whole cell. None: the grid's cells alone.
     surfaces: SurfaceConfig | None = field(default_factory=SurfaceConfig)
+    # A cell occupied within this long that reads free next to an occupied one is held occupied (mnemo_mpc.nav.hold:
+    # a wall's partial cell flickers, and the wall steps a cell back); 0: the grid as given
+    occupancy_hold_s: float = 0.5
 
     def __post_init__(self) -> None:
         if self.warm_start not in MODES:
@@ -254,6 +258,8 @@ class ControllerConfig:
             value = getattr(self, name)
             if not (is_real(value) and value > 0):
                 raise InputError(f"ControllerConfig.{name}: expected {unit} > 0, got {value!r}")
+        if not (is_real(self.occupancy_hold_s) and self.occupancy_hold_s >= 0):
+            raise InputError(f"ControllerConfig.occupancy_hold_s: expected seconds >= 0, got {self.occupancy_hold_s!r}")
         if isinstance(self.max_recoveries, bool) or not isinstance(self.max_recoveries, (int, np.integer)):
             raise InputError(f"ControllerConfig.max_recoveries: expected an integer >= 0, got {self.max_recoveries!r}")
         if self.max_recoveries < 0:
@@ -385,6 +391,7 @@ class Controller:
         # the returns' running mean per cell (built at the first returns, on their grid's lattice)
         self._returns: ReturnMeans | None = None
         self._surfaces: CellSurfaces | None = None  # this step's, for its grid
+        self._hold = OccupancyHold(cfg.occupancy_hold_s)
         self._reset_recovery(None)
 
     # --- public -------------------------------------------------------------------------------------------------
@@ -418,6 +425,7 @@ class Controller:
             self._tracker.reset()
         self._tracks, self._predicted, self._tracked_s = [], None, -np.inf
         self._returns, self._surfaces = None, None
+        self._hold.reset()
         if self._prefetch is not None:
             self._prefetch.clear()
 
@@ -510,6 +518,7 @@ class Controller:
         else:
             start_pose, start_vel = pose, velocity
         self._surfaces = self._surfaces_for(grid, returns, pose)
+        grid = self._hold.apply(grid, t_now)  # before the footprint's clearing: the body's cells stay free
         if self.config.clear_footprint:
             reach = self.robot.radius + self.robot.safety_margin + self.mpc_config.clearance_buffer + grid.resolution
             grid = clear_robot_cells(grid, self.robot, pose, reach, also_unknown_at=start_pose[None])

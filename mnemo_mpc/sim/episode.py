@@ -37,13 +37,28 @@ GRID_ERROR_EVERY, GRID_ERROR_NEAR_M = 5, 1.0
 COLLISION_CONTEXT = 12  # steps (~0.5 s on the Jackal) kept with a collision's episode row
 
 
+def _low_tail(values: list[float]) -> dict[str, float | None]:
+    a = np.asarray(values, dtype=float)
+    if a.size == 0:
+        return {"p1": None, "p5": None, "p50": None, "min": None}
+    p1, p5, p50 = np.percentile(a, [1, 5, 50])
+    return {
+        "p1": round(float(p1), 4),
+        "p5": round(float(p5), 4),
+        "p50": round(float(p50), 4),
+        "min": round(float(a.min()), 4),
+    }
+
+
 class GridError:
     """How far what the robot's local grid shows is from the world: at the robot's centre, the distance to the nearest
     obstacle on the world's map at the true pose less that on the local grid at the pose the robot knows (odometry).
     Positive: the grid shows obstacles nearer than they are (drift and noise fused into the walls: narrower passages);
     negative: farther (the unsafe side). Sampled only where that nearest obstacle lies in cells the grid has observed
     (an obstacle not seen yet is not an error of the grid). 0 for the ideal robot, whose grid is the map's lattice at
-    the true pose."""
+    the true pose. `field_errors`: the same for the distance field the MPC planned on (`ControlOutput.field`: the
+    grid's cells or, with the lidar's returns, its surface points less their uncertainty -- `planning.surfaces`),
+    whose low tail is how far the MPC may have believed a wall farther than it was."""
 
     def __init__(self, world: World) -> None:
         grid = world.grid
@@ -53,8 +68,9 @@ class GridError:
         self.nearest = ndimage.distance_transform_edt(~occupied, return_distances=False, return_indices=True)
         self.any = bool(occupied.any())
         self.errors: list[float] = []
+        self.field_errors: list[float] = []
 
-    def sample(self, k: int, obs: Any, truth: np.ndarray) -> None:
+    def sample(self, k: int, obs: Any, truth: np.ndarray, field: DistanceField | None = None) -> None:
         if k % GRID_ERROR_EVERY or not self.any:
             return
         g = self.world_grid
@@ -73,6 +89,8 @@ class GridError:
         true_d = float(self.truth.distance(np.asarray(truth[:2], dtype=float)))
         seen_d = float(DistanceField(local, "free").distance(np.asarray(obs.pose[:2], dtype=float)))
         self.errors.append(true_d - seen_d)
+        if field is not None and field.shape == local.shape:
+            self.field_errors.append(true_d - float(field.distance(np.asarray(obs.pose[:2], dtype=float))))
 
 
 @dataclass(frozen=True)
@@ -249,7 +267,7 @@ def run_episode(
             }
             if plan is not None and cfg.keep_plan_every and k % cfg.keep_plan_every == 0:
                 plans.append((k, plan.states.copy()))
-            grid_error.sample(k, obs, truth)
+            grid_error.sample(k, obs, truth, out.field)
             if observer is not None:
                 stat.update(observer.step(k, obs, goal, out, controller))
             steps.append(stat)
@@ -309,6 +327,8 @@ def run_episode(
         "pose_error_m": percentiles([s["pose_error_m"] for s in steps], 4),
         # How far the local grid's walls are from the world's, near obstacles (`GridError`; positive: nearer)
         "grid_error_m": {**percentiles(grid_error.errors, 4), "min": _min(grid_error.errors)},
+        # ... and the field the MPC planned on (negative: a wall believed farther than it was; the unsafe tail)
+        "field_error_m": _low_tail(grid_error.field_errors),
         "first_move_s": _first_move_s(driven_arr, controller.mpc_config.dt),
         "fallback_steps": int(sum(s["status"].startswith("fallback") for s in steps)),
         "clipped_steps": int(sum(any(f.startswith("clipped") for f in s["flags"]) for s in steps)),
