@@ -192,8 +192,8 @@ class ControllerConfig:
     # not for good. On the drifting Jackal the detector fires on wall faces its own odometry moves (static dense
     # worlds: 4 detections in a 54 s episode, one holding a robot stalled at a junction for 8 s).
     stall_wait_s: float = 3.0
-    # Wall positions finer than a cell from the lidar returns given to `step` (mnemo_mpc.planning.surfaces): each
-    # obstacle cell holding enough of them is their mean, not the whole cell. None: the grid's cells alone.
+    # Wall positions finer than a cell from the lidar returns given to `step` (mnemo_mpc.planning.surfaces): a face
+    # cell with enough of them about it is where they put the face, not the whole cell. None: the grid's cells alone.
     surfaces: SurfaceConfig | None = field(default_factory=SurfaceConfig)
     # A cell occupied within this long that reads free next to an occupied one is held occupied (mnemo_mpc.nav.hold:
     # a wall's partial cell flickers, and the wall steps a cell back); 0: the grid as given

@@ -102,11 +102,11 @@ def face_points(sums: np.ndarray, occupied: np.ndarray, resolution: float) -> tu
     the face, the cell's own. Why three cells: returns scatter about a face by the range noise, and a cell boundary
     cuts that scatter -- the face's own cell holds the returns behind the face and those in front as far as its
     boundary, the rest fall in the cell in front -- so the cell's own mean lies deeper than the face, by 0.8 sigma
-    where the face is on the boundary (1.6 cm for the Jackal's lidar, more than its lanes leave a side; on dense-1020
-    the refined field was optimistic by over 1 cm at 10-23 % of the steps near a wall, the whole cells at 1-5 %).
-    Why along the normal only, and face cells only: at a convex corner, or a wall seen from both sides, returns of two
-    faces mix into a point on neither (inside the wall: optimistic), and a 3 x 3 neighbourhood next to a corner takes
-    the other face's returns in."""
+    where the face is on the boundary (1.6 cm for the Jackal's lidar, more than its lanes leave a side). Why along
+    the normal only, and face cells only: at a convex corner, or a wall seen from both sides, returns of two faces mix
+    into a point on neither (inside the wall: optimistic), and a 3 x 3 neighbourhood next to a corner takes the other
+    face's returns in. On dense-1020 (realistic Jackal, mapless) 44 % of the points of each cell's own
+    mean lay over 1 cm inside the true wall, 5.5 % of these (docs/realism.md, eighteenth session)."""
     h, w = occupied.shape
     count = np.zeros((h, w))
     offset = np.full((h, w, 2), np.nan)
