@@ -4,6 +4,10 @@ import math
 
 import numpy as np
 
+# Positions beyond this are corrupted input, not a place (1000 km: grid indices would overflow long before). One bound
+# for every entry: the controller's inputs, lidar returns, the ROS conversions and the command line.
+MAX_COORDINATE_M = 1e6
+
 
 def is_real(value: object) -> bool:
     """A finite real number (not a bool, a string or a NaN): what every numeric setting must be."""

@@ -27,11 +27,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, NoReturn
 
-from mnemo_mpc.errors import InputError
+from mnemo_mpc.errors import MAX_COORDINATE_M, InputError
 
-# Positions beyond this are corrupted input, not a place; the same bound the ROS conversions apply
-# (mnemo_mpc.ros.convert.MAX_COORDINATE_M, not imported: that module pulls in the grid and numpy).
-MAX_COORDINATE_M = 1e6
 # Seeds: what numpy's legacy generators accept; world seeds derived from them (collection: seed * 100000 + id) stay
 # well inside 64 bits.
 MAX_SEED = 2**32 - 1

@@ -13,9 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from mnemo_mpc.errors import InputError
+from mnemo_mpc.errors import MAX_COORDINATE_M, InputError
 
-MAX_COORDINATE_M = 1e6  # = mnemo_mpc.ros.convert.MAX_COORDINATE_M (a test keeps them equal)
 MAX_SPEED = 1e6  # m/s and rad/s: the fuzz's "absurd odometry velocity" (1e6) is clipped, not refused
 MAX_ANGLE_RAD = 1e6  # a yaw this large has lost all precision (float spacing ~1e-10 rad at 1e6)
 

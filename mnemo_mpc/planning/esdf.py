@@ -9,9 +9,9 @@ seen) treats unknown cells as obstacles; `"free"` treats them as free. Space out
 the same policy. Seed 002 §5.2 plans on an occupancy grid with "conservative safety and collision avoidance
 constraints"; this field is what the clearance constraint clearance(x_k) >= radius + margin evaluates.
 
-With `CellSurfaces` (`planning.surfaces`: each cell's mean lidar return) an obstacle cell holding one is that point
-less its uncertainty, never nearer than the whole cell: a wall face inside a cell reads where the returns put it, not
-at the cell's near face. `cells_only` is the field without them.
+With `CellSurfaces` (`planning.surfaces`: a face cell's point from the lidar returns) an obstacle cell holding one is
+that point less its uncertainty, never nearer than the whole cell: a wall face inside a cell reads where the returns
+put it, not at the cell's near face. `cells_only` is the field without them.
 """
 
 from __future__ import annotations

@@ -22,10 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mnemo_mpc.errors import InputError, is_real
+from mnemo_mpc.errors import MAX_COORDINATE_M, InputError, is_real
 from mnemo_mpc.planning.grid import OccupancyGrid
 
-MAX_COORDINATE_M = 1e6  # a return farther out than this is no wall (= mnemo_mpc.nav.step_inputs.MAX_COORDINATE_M)
 MAX_RETURNS = 100_000  # returns one scan may bring (a 2-D lidar has ~10^3 beams): the controller's and the node's bound
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from mnemo_mpc.errors import InputError
+from mnemo_mpc.errors import MAX_COORDINATE_M, InputError
 from mnemo_mpc.planning.costmap import OCCUPANCY, check_semantics
 from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.planning.surfaces import MAX_RETURNS
@@ -69,9 +69,6 @@ def yaw_from_quaternion(q: Any) -> float:
 
 def quaternion_from_yaw(yaw: float) -> tuple[float, float, float, float]:
     return 0.0, 0.0, math.sin(yaw / 2.0), math.cos(yaw / 2.0)
-
-
-MAX_COORDINATE_M = 1e6  # beyond 1000 km a planar pose is a corrupted field, and grid indices would overflow
 
 
 def _pose2d(pose: Any, what: str) -> np.ndarray:

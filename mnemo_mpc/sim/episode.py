@@ -40,13 +40,14 @@ COLLISION_CONTEXT = 12  # steps (~0.5 s on the Jackal) kept with a collision's e
 def _low_tail(values: list[float]) -> dict[str, float | None]:
     a = np.asarray(values, dtype=float)
     if a.size == 0:
-        return {"p1": None, "p5": None, "p50": None, "min": None}
+        return {"p1": None, "p5": None, "p50": None, "min": None, "max": None}
     p1, p5, p50 = np.percentile(a, [1, 5, 50])
     return {
         "p1": round(float(p1), 4),
         "p5": round(float(p5), 4),
         "p50": round(float(p50), 4),
         "min": round(float(a.min()), 4),
+        "max": round(float(a.max()), 4),
     }
 
 
