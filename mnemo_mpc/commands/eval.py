@@ -384,7 +384,7 @@ def evaluate(args: argparse.Namespace, setup: Any, jobs: list, name: str) -> dic
         # the median over episodes of each one's p50 and p95, and the extremes
         "grid_error_m": _error_summary([e["grid_error_m"] for e in episodes], ("p50", "p95")),
         # The field the MPC planned on, the same way (its surface points included); negative: a wall believed farther
-        "field_error_m": _error_summary([e.get("field_error_m") for e in episodes], ("p50", "p5")),
+        "field_error_m": _error_summary([e["field_error_m"] for e in episodes], ("p50", "p5")),
         "first_move_s": percentiles([e["first_move_s"] for e in episodes if e["first_move_s"] is not None], 3),
         "never_moved": sum(e["first_move_s"] is None for e in episodes),
         # With --moving-prediction track: the controller's confirmed tracks against the world's moving obstacles
@@ -440,12 +440,12 @@ def report(summary: dict[str, Any]) -> None:
         print(f"not successful: {', '.join(summary['failed_worlds'])}")
 
 
-def _error_summary(per_episode: list[dict | None], medians: tuple[str, ...]) -> dict[str, float | None]:
+def _error_summary(per_episode: list[dict], medians: tuple[str, ...]) -> dict[str, float | None]:
     """The median over episodes of each of their `medians` percentiles, and the extremes they reached."""
     import numpy as np
 
     def over(key: str, how) -> float | None:
-        values = [e[key] for e in per_episode if e and e.get(key) is not None]
+        values = [e[key] for e in per_episode if e.get(key) is not None]
         return round(float(how(values)), 4) if values else None
 
     return {**{key: over(key, np.median) for key in medians}, "min": over("min", min), "max": over("max", max)}

@@ -22,10 +22,10 @@ import numpy as np
 from scipy import ndimage
 
 from mnemo_mpc.errors import InputError, is_real
+from mnemo_mpc.planning.costmap import LETHAL
 from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.planning.surfaces import shifted
 
-OCCUPIED_VALUE = 100  # occupied in both semantics a grid can have (`planning.costmap`: 100 is lethal)
 _NEIGHBOURS = np.ones((3, 3), dtype=bool)
 
 
@@ -66,5 +66,5 @@ class OccupancyHold:
         if not np.any(held):
             return grid
         data = grid.data.copy()
-        data[held] = OCCUPIED_VALUE
+        data[held] = LETHAL  # occupied in both semantics a grid can have (`planning.costmap`)
         return grid.with_data(data)

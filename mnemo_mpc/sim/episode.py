@@ -37,20 +37,6 @@ GRID_ERROR_EVERY, GRID_ERROR_NEAR_M = 5, 1.0
 COLLISION_CONTEXT = 12  # steps (~0.5 s on the Jackal) kept with a collision's episode row
 
 
-def _low_tail(values: list[float]) -> dict[str, float | None]:
-    a = np.asarray(values, dtype=float)
-    if a.size == 0:
-        return {"p1": None, "p5": None, "p50": None, "min": None, "max": None}
-    p1, p5, p50 = np.percentile(a, [1, 5, 50])
-    return {
-        "p1": round(float(p1), 4),
-        "p5": round(float(p5), 4),
-        "p50": round(float(p50), 4),
-        "min": round(float(a.min()), 4),
-        "max": round(float(a.max()), 4),
-    }
-
-
 class GridError:
     """How far what the robot's local grid shows is from the world: at the robot's centre, the distance to the nearest
     obstacle on the world's map at the true pose less that on the local grid at the pose the robot knows (odometry).
@@ -126,17 +112,16 @@ class EpisodeResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def percentiles(values: list[float] | np.ndarray, digits: int = 4) -> dict[str, float | None]:
+def percentiles(
+    values: list[float] | np.ndarray, digits: int = 4, points: tuple[int, ...] = (50, 95, 99)
+) -> dict[str, float | None]:
+    """mean, the percentiles `points` ("p50", ...) and max of `values`, rounded; None for each when there are none."""
     a = np.asarray(values, dtype=float)
+    keys = ["mean", *(f"p{q}" for q in points), "max"]
     if a.size == 0:
-        return {"mean": None, "p50": None, "p95": None, "p99": None, "max": None}
-    return {
-        "mean": round(float(a.mean()), digits),
-        "p50": round(float(np.percentile(a, 50)), digits),
-        "p95": round(float(np.percentile(a, 95)), digits),
-        "p99": round(float(np.percentile(a, 99)), digits),
-        "max": round(float(a.max()), digits),
-    }
+        return dict.fromkeys(keys)
+    stats = [a.mean(), *np.percentile(a, points), a.max()]
+    return {key: round(float(v), digits) for key, v in zip(keys, stats, strict=True)}
 
 
 class StepObserver(Protocol):
@@ -329,7 +314,7 @@ def run_episode(
         # How far the local grid's walls are from the world's, near obstacles (`GridError`; positive: nearer)
         "grid_error_m": {**percentiles(grid_error.errors, 4), "min": _min(grid_error.errors)},
         # ... and the field the MPC planned on (negative: a wall believed farther than it was; the unsafe tail)
-        "field_error_m": _low_tail(grid_error.field_errors),
+        "field_error_m": {**percentiles(grid_error.field_errors, 4, (1, 5, 50)), "min": _min(grid_error.field_errors)},
         "first_move_s": _first_move_s(driven_arr, controller.mpc_config.dt),
         "fallback_steps": int(sum(s["status"].startswith("fallback") for s in steps)),
         "clipped_steps": int(sum(any(f.startswith("clipped") for f in s["flags"]) for s in steps)),
