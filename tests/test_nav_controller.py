@@ -105,6 +105,35 @@ def test_failed_solve_falls_back_safely(controller, monkeypatch):
     assert out.command[0] < good.command[0]
 
 
+def test_a_failed_solve_drives_the_escape_from_a_predicted_body(monkeypatch):
+    """A solve that fails with a moving obstacle predicted (`PlanResult.escape`, here backing away) and no previous
+    plan to follow: the robot drives the escape, not a stop, while it keeps the footprint clear of the grid; with a
+    wall right behind it, it stops."""
+    robot = RobotModel(v_min=-0.35)
+    ctl = Controller(robot, MPCConfig(fallback=None, plan_v_min=0.0), ControllerConfig(rotation_shim=None))
+    grid, goal = room(obstacle=False), np.array([2.5, 1.5, 0.0])
+    pose, vel = np.array([1.5, 1.5, 0.0]), np.zeros(2)
+    mpc = ctl.mpc(grid.shape)
+    back = mpc.escape_motions(vel, robot.control_lower)[-3]  # straight back at v_min
+    assert back[-1, 0] == pytest.approx(robot.v_min)
+    real_solve = mpc.solve
+
+    def failing_solve(*a, **k):
+        res = real_solve(*a, **k)
+        return dataclasses.replace(res, success=False, status="injected failure", escape=back)
+
+    monkeypatch.setattr(mpc, "solve", failing_solve)
+    out = ctl.step(grid, pose, vel, goal)
+    assert out.status == "fallback_escape" and "solve_failed" in out.flags
+    np.testing.assert_allclose(out.command, back[0], atol=1e-9)
+    assert out.command[0] < 0.0 and in_limits(ctl, out.command, vel)
+    ctl.reset()
+    walled = grid.data.copy()
+    walled[:, 20:24] = 100  # 0.1 m behind the disc's back
+    out = ctl.step(OccupancyGrid(walled, RES), pose, vel, goal)
+    assert out.status == "fallback_stop" and np.all(out.command == 0.0)
+
+
 def test_start_in_collision_stops_instead_of_raising(controller):
     controller.reset()
     grid = room()

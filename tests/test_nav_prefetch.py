@@ -109,6 +109,30 @@ def test_a_start_solved_ahead_comes_with_its_multipliers_and_the_models_start_st
     np.testing.assert_allclose(late.lam_x, solved.lam_x)
 
 
+def test_a_submission_without_the_solve_ahead_gives_the_models_start_and_solves_nothing():
+    """`submit(solve=False)` (the controller's, with a moving obstacle predicted): the provider's start alone; with a
+    shifted plan to start from there is then nothing to do."""
+    robot, n = RobotModel(), 3
+    model_start = WarmStart(np.zeros((n + 1, 3)), np.tile([0.2, 0.0], (n, 1)))
+    solves = []
+    ahead = Prefetcher(lambda ctx: model_start, robot, 0.1, refine=lambda ctx, guess: solves.append(guess) or guess)
+    here = _Context(field=np.zeros((4, 4)), pose=np.zeros(3), velocity=np.zeros(2), subgoal=np.zeros(3), reference=None)
+    try:
+        ahead.submit(here, solve=False)
+        ahead.wait()
+        got = ahead.take(here)
+        ahead.submit(here, start=model_start, solve=False)
+        ahead.wait()
+        nothing = ahead.take(here)
+        ahead.submit(here)  # and by default it solves ahead
+        ahead.wait()
+        ahead.take(here)
+    finally:
+        ahead.close()
+    np.testing.assert_allclose(got.controls, model_start.controls)
+    assert nothing is None and len(solves) == 1
+
+
 def test_waiting_for_the_worker_is_bounded_by_what_is_left_of_the_period():
     """`wait(timeout_s)` (what `Controller.idle` gives a simulation's worker: the rest of the control period) returns
     when the worker is done or the time is up, whichever comes first; a worker still running then runs on."""

@@ -131,6 +131,30 @@ def test_an_obstacle_faster_than_the_robot_can_escape_leaves_a_feasible_problem(
     assert plan_worst >= braking_worst + 0.05
 
 
+def test_a_robot_that_plans_forward_only_backs_away_from_a_body_coming_at_it():
+    """A robot that may reverse but plans forward only (`MPCConfig.plan_v_min` 0: its lidar is blind behind) stands
+    at rest, a box coming head-on at 0.3 m/s from 0.9 m. Braking or turning in place leaves it in the box's way;
+    meeting the prediction the plan may reverse (`SQPMPC._controls_lower`), and backs away keeping more room than any
+    forward escape. With no obstacle predicted the plan still goes forward only."""
+    robot = RobotModel(v_min=-0.35)
+    mpc = SQPMPC(robot, MPCConfig(moving_obstacles=1, plan_v_min=0.0, compile=False, fallback=None), SHAPE)
+    n, dt = mpc.config.N, mpc.config.dt
+    state, velocity, goal = np.array([0.0, 0.0, 0.0]), np.zeros(2), np.array([1.8, 0.0, 0.0])
+    t = dt * np.arange(1, n + 1)
+    centres = np.stack([0.9 - 0.3 * t, np.zeros(n)], axis=1)[:, None, :]
+    obstacles = PredictedObstacles(centres, np.full((n, 1), OBSTACLE_R))
+    field = open_field()
+    plan = mpc.solve(field, state, velocity, goal, obstacles=obstacles)
+    assert plan.success and plan.feasible, plan.status
+    assert plan.controls[:, 0].min() < -0.1  # it reverses
+    gap = np.hypot(*(plan.states[1:, :2] - centres[:, 0]).T) - robot.radius - OBSTACLE_R
+    forward = [e for e in mpc.escape_motions(velocity) if e[:, 0].min() >= 0.0]
+    forward_gaps = [np.hypot(*(robot.rollout(state, e, dt)[1:, :2] - centres[:, 0]).T) for e in forward]
+    assert gap.min() > max(g.min() for g in forward_gaps) - robot.radius - OBSTACLE_R + 0.05
+    free = mpc.solve(field, state, velocity, goal)
+    assert free.success and free.controls[:, 0].min() >= -1e-9
+
+
 def test_a_plan_too_close_to_a_predicted_obstacle_is_not_feasible():
     fields = dict(states=np.zeros((2, 3)), controls=np.zeros((1, 2)), iterations=1, time_s=0.0, status="converged",
                   success=True, cost=0.0, max_dynamics_violation=0.0, min_clearance=1.0, start="cold")  # fmt: skip

@@ -284,7 +284,8 @@ class ControlOutput:
     """One control step: the command sent, why, and what the planner did."""
 
     command: np.ndarray  # (v, w), finite, within limits
-    # "planned" | "goal_reached" | "rotating_to_path" (the rotation shim) | "fallback_previous_plan" | "fallback_stop" |
+    # "planned" | "goal_reached" | "rotating_to_path" (the rotation shim) | "fallback_unconverged" |
+    # "fallback_previous_plan" | "fallback_escape" (away from a predicted moving obstacle) | "fallback_stop" |
     # "recovery_maneuver" | "recovery_rotate" | "recovery_back_off" | "recovery_replan" | "failed" (no progress after
     # max_recoveries; stops until a new goal) | "aligning_to_goal" (at the position, turning in place to the goal's
     # yaw) | "goal_yaw_blocked" (that turn would not keep the footprint's margin: stopped)
@@ -898,13 +899,17 @@ class Controller:
         # hybrid: the model only where the next step will have no fresh shift (none, or one aged by a step that did
         # not plan); nothing where a refused RTI iterate is to be gone on from (`_warm_start`)
         fresh_shift = self.config.warm_start == "hybrid" and self._last_plan is not None and self._plan_age == 0
-        needed = not fresh_shift or (self.config.solve_ahead and self._last_plan.iterations > 1)
+        # Not with a moving obstacle predicted: the solve ahead knows none (the step's start that breaks its rows
+        # gives way to the escape), and its thread holds the interpreter while the step solves (Jackal, moving
+        # corridor-1011: steps of 42 ms, the step's solve and the one ahead each taking 20 ms of it)
+        ahead = self.config.solve_ahead and self._predicted is None
+        needed = not fresh_shift or (ahead and self._last_plan.iterations > 1)
         problem = self.next_problem(out) if needed and self._rti_iterate is None else None
         if problem is None:
             self._prefetch.clear()
             return
         # the targets are computed on the worker, off the step
-        self._prefetch.submit(*problem, start=self._shifted() if fresh_shift else None)
+        self._prefetch.submit(*problem, start=self._shifted() if fresh_shift else None, solve=ahead)
 
     def idle(self, seconds: float) -> None:
         """What is left of the control period after a step: a simulation running faster than real time calls this
@@ -1092,7 +1097,11 @@ class Controller:
         short (time or iteration cap: under load a cold start can need more than the budget, and the robot would
         otherwise stand still step after step), else the previous plan's next control -- each only if it, rolled out
         from the current pose, keeps the footprint collision-free (every covering disc keeps its radius + the margin
-        the MPC demands, along the densified trajectory) -- else a stop within the acceleration limits."""
+        the MPC demands, along the densified trajectory) -- else, with a moving obstacle predicted, the solve's
+        escape from it (`PlanResult.escape`: of brake, turn and back away, the one that keeps farthest from it) if it
+        keeps the footprint clear of the grid, else a stop within the acceleration limits. A stop is one of the
+        escapes, the one a robot in a body's way would otherwise always take: with the Jackal backing away from boxes,
+        failed solves braked its reverse and the box ran into it (moving rooms-1045, mixed-1069)."""
         if (
             unfinished is not None
             and unfinished.status in UNFINISHED
@@ -1103,6 +1112,9 @@ class Controller:
         if self.config.reuse_previous_plan and plan is not None and k < plan.controls.shape[0]:
             if self._plan_safe(field_, pose, plan.controls[k:], margin, velocity=velocity):
                 return plan.controls[k].copy(), "fallback_previous_plan"
+        escape = None if unfinished is None else unfinished.escape
+        if escape is not None and self._plan_safe(field_, pose, escape, margin, predicted=False):
+            return escape[0].copy(), "fallback_escape"
         return self.stop_command(velocity), "fallback_stop"
 
     def _plan_safe(
@@ -1113,6 +1125,7 @@ class Controller:
         margin: float | None,
         braking: bool = True,
         velocity: np.ndarray | None = None,
+        predicted: bool = True,
     ) -> bool:
         """`controls` rolled out from `pose`, then braked to rest within the acceleration limits (`braking_tail`),
         keep every covering disc at the margin a solve from here demands. Given the start `velocity`, the first
@@ -1123,7 +1136,8 @@ class Controller:
 
         `braking=False` checks the horizon alone: the guarantee a converged plan has, for an RTI iterate the next tick
         solves on from as a full solve's next step does. With the tail, RTI refused 586 of 703 iterates on Jackal
-        corridor-1001 whose horizons were clear (each ending at 1.7 m/s) and stopped the robot three ticks in four."""
+        corridor-1001 whose horizons were clear (each ending at 1.7 m/s) and stopped the robot three ticks in four.
+        `predicted=False` leaves out the predicted moving obstacles' margin (an escape from them keeps what it can)."""
         controls = np.asarray(controls, dtype=float)
         if not np.all(np.isfinite(controls)):
             return False
@@ -1133,7 +1147,7 @@ class Controller:
             controls = np.concatenate([controls, self.braking_tail(controls[-1])])
         states = self.robot.rollout(pose, controls, self.mpc_config.dt)
         mpc = self.mpc(field_.shape)
-        if self._predicted is not None and not self._clear_of_predicted(mpc, states, margin):
+        if predicted and self._predicted is not None and not self._clear_of_predicted(mpc, states, margin):
             return False
         return mpc.collision.trajectory_clearance(field_, states, controls) >= recovery.required_margin(
             mpc, field_, pose, margin

@@ -83,26 +83,30 @@ class Prefetcher:
         self._pending: _Pending | None = None
         self.last_failed = False  # the last `take` found the provider had raised
 
-    def submit(self, context: Any, targets: Targets | None = None, start: Any = None) -> None:
+    def submit(self, context: Any, targets: Targets | None = None, start: Any = None, solve: bool = True) -> None:
         """Start predicting the start for `context` (the next step's problem, `next_context`); with `targets`, the
         worker first replaces its sub-goal and reference by `targets(context.pose)` (`at_targets`). With `start` (a
         shifted plan) the provider is not run: the worker only solves ahead from `start` (`refine`), and there is
-        nothing to take unless that solve converges. A prediction not yet taken is dropped."""
+        nothing to take unless that solve converges. `solve` False: the provider's start alone, not solved ahead.
+        A prediction not yet taken is dropped."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mnemo-warm-start")
         pending = _Pending(Future(), np.asarray(context.pose, dtype=float).copy(), tuple(context.field.shape))
-        pending.future = self._pool.submit(self._predict, context, targets, pending, start)
+        refine = self.refine if solve else None
+        pending.future = self._pool.submit(self._predict, context, targets, pending, start, refine)
         self._pending = pending
 
-    def _predict(self, context: Any, targets: Targets | None, pending: _Pending, start: Any) -> Any:
+    def _predict(
+        self, context: Any, targets: Targets | None, pending: _Pending, start: Any, refine: Callable | None
+    ) -> Any:
         context = context if targets is None else at_targets(context, targets)
         if start is not None:
-            return self.refine(context, start) if self.refine is not None else None
+            return refine(context, start) if refine is not None else None
         guess = self.provider(context)
-        if guess is None or self.refine is None:
+        if guess is None or refine is None:
             return guess
         pending.model_start = guess  # the step takes this if it comes before the solve ahead has finished
-        return self.refine(context, guess) or guess
+        return refine(context, guess) or guess
 
     def take(self, context: Any, timeout_s: float = 0.0) -> Any:
         """The prediction made for this step's `context`, its controls rolled out from `context.pose`; None when there

@@ -289,6 +289,9 @@ class PlanResult:
     # With predicted moving obstacles: min over knots 1..N and obstacles of |p_k - o_j(t_k)| less its bound
     # (`SQPMPC._moving_lower`: R + R_j(t_k) + margin, or what braking keeps where that is less). None without them.
     moving_slack: float | None = None
+    # With predicted moving obstacles: the controls (N, 2) of the simple motion that keeps farthest from them and
+    # clear of the grid (`SQPMPC._moving_lower`), what a controller may drive when the solve fails. None without them.
+    escape: np.ndarray | None = None
 
     @property
     def feasible(self) -> bool:
@@ -353,6 +356,9 @@ class SQPMPC:
         t0 = time.perf_counter()
         amax = robot.accel_limits * dt
         self._u_lower, self._u_upper = robot.control_lower.copy(), robot.control_upper.copy()
+        # Meeting predicted moving obstacles the plan may reverse down to the robot's own v_min, plan_v_min or not
+        # (`_controls_lower`)
+        self._u_lower_moving = self._u_lower.copy()
         if config.plan_v_min is not None:
             self._u_lower[0] = min(max(self._u_lower[0], config.plan_v_min), self._u_upper[0])
         lbu, ubu = np.tile(self._u_lower, n), np.tile(self._u_upper, n)
@@ -402,6 +408,14 @@ class SQPMPC:
         n = self.config.N
         return WarmStart(np.tile(np.asarray(state, dtype=float), (n + 1, 1)), np.zeros((n, 2)))
 
+    def _controls_lower(self, obstacles: PredictedObstacles | None) -> np.ndarray:
+        """The controls' lower bounds (v, w) of a solve: with predicted moving obstacles, the robot's own -- a robot
+        that plans forward only (`MPCConfig.plan_v_min`, a lidar blind behind) may still back away from a body
+        coming at it; else it stands in the way and is run into (Jackal, patrol boxes: moving doors-1024 stopped
+        0.15 m inside a box's beat, rooms-1045 behind a box that turned back). What it backs into is what it has
+        seen: the MPC treats unseen cells as obstacles."""
+        return self._u_lower_moving if obstacles is not None else self._u_lower
+
     def parameters(
         self,
         field: DistanceField,
@@ -423,7 +437,7 @@ class SQPMPC:
                 centres[:, : obstacles.count] = obstacles.centres
         head = self.layout.head(
             state,
-            np.clip(velocity, self._u_lower, self._u_upper),
+            np.clip(velocity, self._controls_lower(obstacles), self._u_upper),
             goal,
             1.0 if dist_goal <= self._heading_radius else 0.0,
             ref,
@@ -516,29 +530,27 @@ class SQPMPC:
         guess, label = self._start(state, warm_start, start_label)
         p = self.parameters(field, state, velocity, goal, reference, obstacles)
         lbg = self._constraint_lower(self._bound_distances(field, state, disc_d0), margin)
-        moving_bound = None
+        moving_bound, escape = None, None
         if obstacles is not None:
             moving_bound, escape = self._moving_lower(lbg, field, state, velocity, margin, obstacles)
-            if escape is not None:
-                # A start that breaks the capped rows linearises them where no QP step meets them (a cold start
-                # facing a head-on obstacle: qp_infeasible); the escape meets them by construction.
-                states = self.robot.rollout(state, guess.controls, cfg.dt)[1:, :2]
-                gaps = np.hypot(*(states[:, None, :] - obstacles.centres).transpose(2, 0, 1))
-                if float(np.min(gaps - moving_bound)) < -cfg.tol:
-                    guess = WarmStart(self.robot.rollout(state, escape, cfg.dt), escape)
-                    label = f"{label}+escape"
-        solve = self._solve_sqp if cfg.method == "sqp" else self._solve_sqpmethod
+            # A start that breaks the rows linearises them where no QP step may meet them (a cold start facing a
+            # head-on obstacle: qp_infeasible); the escape meets them by construction.
+            states = self.robot.rollout(state, guess.controls, cfg.dt)[1:, :2]
+            gaps = np.hypot(*(states[:, None, :] - obstacles.centres).transpose(2, 0, 1))
+            if float(np.min(gaps - moving_bound)) < -cfg.tol:
+                guess = WarmStart(self.robot.rollout(state, escape, cfg.dt), escape)
+                label = f"{label}+escape"
         iters = cfg.max_iter if max_iter is None else max_iter
-        out = solve(state, guess, p, lbg, iters)
-        if (
-            cfg.method == "sqp"
-            and out["status"].startswith("qp_infeasible")
-            and warm_start is not None
-            and out["iterations"] < iters
-        ):
-            out = self._restart_cold(out, state, p, lbg, iters)
+        if cfg.method == "sqp":
+            lbx = self._lbx if obstacles is None else np.tile(self._controls_lower(obstacles), n)
+            out = self._solve_sqp(state, guess, p, lbg, iters, lbx=lbx)
+            if out["status"].startswith("qp_infeasible") and warm_start is not None and out["iterations"] < iters:
+                out = self._restart_cold(out, state, p, lbg, iters, lbx)
+        else:
+            lbx = self._lbx
+            out = self._solve_sqpmethod(state, guess, p, lbg, iters)
         if not out["success"] and cfg.fallback is not None and use_fallback:
-            out = self._solve_fallback(out, state, guess, p, lbg)
+            out = self._solve_fallback(out, state, guess, p, lbg, lbx)
         states, controls = out["states"], out["controls"]
         if not (np.all(np.isfinite(states)) and np.all(np.isfinite(controls))):
             states, controls = self.robot.rollout(state, guess.controls, cfg.dt), np.array(guess.controls, float)
@@ -572,6 +584,7 @@ class SQPMPC:
             footprint_clearance=footprint,
             required_margin=self._start_margin(disc_d0, margin),
             moving_slack=moving,
+            escape=escape,
         )
 
     # --- internals ----------------------------------------------------------------------------------------------
@@ -612,12 +625,12 @@ class SQPMPC:
         velocity: np.ndarray,
         margin: float,
         obstacles: PredictedObstacles,
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        """Set the moving obstacles' rows of `lbg` (in place) and return them, (N, M'), with the escape's controls
-        when they are capped (else None): R + R_j(t_k) + margin (the rows are exact distances: no spline buffer) --
-        or, where no simple motion keeps that, as far as the best of them keeps at each knot (`escape_motions`:
-        brake, hold the velocity, speed up, turn either way; the best is the one whose closest approach to its bound
-        is largest among those that keep clear of the grid).
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Set the moving obstacles' rows of `lbg` (in place) and return them, (N, M'), with the controls of the
+        escape that meets them: R + R_j(t_k) + margin (the rows are exact distances: no spline buffer) -- or, where
+        no simple motion keeps that, as far as the best of them keeps at each knot (`escape_motions`: brake, hold the
+        velocity, speed up, turn either way, back away where the robot may reverse; the best is the one whose
+        closest approach to its bound is largest among those that keep clear of the grid).
 
         An obstacle coming at the robot faster than it can get away makes the full bound infeasible at every knot it
         reaches: every such step then fell back on the previous plan, which drove on into it (mixed-1004, open-1017).
@@ -627,7 +640,7 @@ class SQPMPC:
         n, k, m = self.config.N, self.discs.shape[0], self.config.moving_obstacles
         need = self.outer_radius + obstacles.radii + margin  # (N, M')
         best, best_score, escape = None, -np.inf, None
-        for i, controls in enumerate(self.escape_motions(velocity)):
+        for i, controls in enumerate(self.escape_motions(velocity, self._u_lower_moving)):
             states = self.robot.rollout(state, controls, self.config.dt)[1:]
             kept = np.hypot(*(states[:, None, :2] - obstacles.centres).transpose(2, 0, 1))
             score = float(np.min(kept - need))
@@ -641,16 +654,19 @@ class SQPMPC:
         bound = np.minimum(need, best) if capped else need
         rows = lbg[-(k + m) * n :].reshape(n, k + m)
         rows[:, k : k + obstacles.count] = bound
-        return bound, escape if capped else None
+        return bound, escape
 
-    def escape_motions(self, velocity: np.ndarray) -> list[np.ndarray]:
+    def escape_motions(self, velocity: np.ndarray, lower: np.ndarray | None = None) -> list[np.ndarray]:
         """(N, 2) control sequences from `velocity`, each step as far towards its target as the rate bounds allow:
-        brake to rest, hold the velocity, full speed ahead, and turning at full rate either way while braking or
-        at half speed."""
-        u0 = np.clip(np.asarray(velocity, dtype=float), self._u_lower, self._u_upper)
-        lo, hi = self._u_lower, self._u_upper
+        brake to rest, hold the velocity, full speed ahead, turning at full rate either way while braking or at half
+        speed, and -- where `lower` (default: the plans' bounds) lets the robot reverse -- backing away, straight or
+        turning either way."""
+        lo, hi = (self._u_lower if lower is None else np.asarray(lower, dtype=float)), self._u_upper
+        u0 = np.clip(np.asarray(velocity, dtype=float), lo, hi)
         w = hi[1]
         targets = [(0.0, 0.0), tuple(u0), (hi[0], 0.0), (0.0, w), (0.0, -w), (0.5 * hi[0], w), (0.5 * hi[0], -w)]
+        if lo[0] < 0.0:
+            targets += [(lo[0], 0.0), (0.5 * lo[0], w), (0.5 * lo[0], -w)]
         step = self.robot.accel_limits * self.config.dt
         out = []
         for target in targets:
@@ -698,7 +714,9 @@ class SQPMPC:
                 raise InputError("SQPMPC.solve.warm_start: multipliers contain NaN or inf")
         return ws, label or "warm"
 
-    def _restart_cold(self, first: dict, state: np.ndarray, p: np.ndarray, lbg: np.ndarray, max_iter: int) -> dict:
+    def _restart_cold(
+        self, first: dict, state: np.ndarray, p: np.ndarray, lbg: np.ndarray, max_iter: int, lbx: np.ndarray
+    ) -> dict:
         """The solve again from the cold start (hold the pose), with the iterations and time the warm start left.
 
         A warm start whose linearisation has no feasible QP step (a learned start bent round the wrong side of an
@@ -707,7 +725,7 @@ class SQPMPC:
         on every step, its cold start converging in one iteration."""
         budget = self.config.max_time_s
         left = None if budget is None else max(budget - first["time_s"], 1e-6)
-        out = self._solve_sqp(state, self.cold_start(state), p, lbg, max_iter - first["iterations"], left)
+        out = self._solve_sqp(state, self.cold_start(state), p, lbg, max_iter - first["iterations"], left, lbx)
         out["iterations"] += first["iterations"]
         out["time_s"] += first["time_s"]
         out["cpu_s"] += first["cpu_s"]
@@ -722,12 +740,13 @@ class SQPMPC:
         lbg: np.ndarray,
         max_iter: int,
         max_time_s: float | None = None,
+        lbx: np.ndarray | None = None,
     ) -> dict:
         t0, c0 = time.perf_counter(), time.process_time()
         res = self._sqp.solve(
             np.asarray(guess.controls, dtype=float).reshape(-1),
             p,
-            self._lbx,
+            self._lbx if lbx is None else lbx,
             self._ubx,
             lbg,
             self._ubg,
@@ -841,12 +860,14 @@ class SQPMPC:
         opts = {"print_time": False, "error_on_fail": False, "calc_lam_p": False, "ipopt": ipopt}
         self._fallback_solver = BufferedSolver(ca.nlpsol("mpc_fallback", cfg.fallback, self._nlp.nlp, opts))
 
-    def _solve_fallback(self, out: dict, state: np.ndarray, guess: WarmStart, p: np.ndarray, lbg: np.ndarray) -> dict:
+    def _solve_fallback(
+        self, out: dict, state: np.ndarray, guess: WarmStart, p: np.ndarray, lbg: np.ndarray, lbx: np.ndarray
+    ) -> dict:
         """IPOPT on the same NLP from the same start; keeps the SQP's figures when IPOPT fails too."""
         cfg = self.config
         self.build_fallback()
         if cfg.method == "sqp":
-            args = {"x0": np.asarray(guess.controls, float).reshape(-1), "p": p, "lbx": self._lbx, "ubx": self._ubx}
+            args = {"x0": np.asarray(guess.controls, float).reshape(-1), "p": p, "lbx": lbx, "ubx": self._ubx}
             args.update(lbg=lbg, ubg=self._ubg)
         else:
             args = {k: v for k, v in out["args"].items() if k not in ("lam_g0", "lam_x0")}

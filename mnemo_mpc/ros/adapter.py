@@ -66,6 +66,7 @@ STATUS_LEVELS: dict[str, int] = {
     "stale_input": 1,
     "fallback_previous_plan": 1,
     "fallback_unconverged": 1,
+    "fallback_escape": 1,  # driving the escape from a predicted moving obstacle (a failed solve)
     # Getting unstuck (mnemo_mpc.nav.recovery) is a warning.
     "recovery_maneuver": 1,
     "recovery_rotate": 1,
@@ -590,7 +591,7 @@ class NavAdapter:
             "sqp_iterations_mean": f"{np.mean(s.iterations):.2f}" if s.iterations else "n/a",
             "warm_start": self.controller.config.warm_start,
             "warm_start_sources": ", ".join(f"{k}={v}" for k, v in sorted(s.warm_starts.items())),
-            "fallbacks": str(s.statuses["fallback_previous_plan"] + s.statuses["fallback_stop"]),
+            "fallbacks": str(sum(n for status, n in s.statuses.items() if status.startswith("fallback"))),
             "stale_ticks": str(s.statuses["stale_input"]),
             "errors": str(s.statuses["error"]),
             "unexpected_drops": str(sum(s.unexpected.values())),
