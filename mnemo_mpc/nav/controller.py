@@ -1101,7 +1101,7 @@ class Controller:
         escape from it (`PlanResult.escape`: of brake, turn and back away, the one that keeps farthest from it) if it
         keeps the footprint clear of the grid, else a stop within the acceleration limits. A stop is one of the
         escapes, the one a robot in a body's way would otherwise always take: with the Jackal backing away from boxes,
-        failed solves braked its reverse and the box ran into it (moving rooms-1045, mixed-1069)."""
+        failed solves braked its reverse and the box ran into it (moving rooms-1045, rooms-1063)."""
         if (
             unfinished is not None
             and unfinished.status in UNFINISHED
