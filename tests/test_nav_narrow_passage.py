@@ -179,7 +179,7 @@ def test_a_solve_cut_short_is_applied_only_when_its_iterate_is_safe():
         ("qp_infeasible", hold, "fallback_stop"),  # refused by the QP: not a plan
         ("time_limit", np.full((n, 2), np.nan), "fallback_stop"),
     ):
-        unfinished = SimpleNamespace(status=status, controls=controls)
+        unfinished = SimpleNamespace(status=status, controls=controls, escape=None)
         command, got = controller._fallback(field, pose, velocity, None, unfinished)
         assert got == expected, (status, got)
         assert np.all(np.isfinite(command))
@@ -217,7 +217,7 @@ def test_a_fallback_plan_must_leave_room_to_brake_after_its_horizon():
         data = np.zeros((80, 140), np.int8)
         data[:, int(round(wall_x / RES)) :] = 100
         field = DistanceField(OccupancyGrid(data, RES))
-        unfinished = SimpleNamespace(status="time_limit", controls=cruise)
+        unfinished = SimpleNamespace(status="time_limit", controls=cruise, escape=None)
         command, got = controller._fallback(field, pose, velocity, None, unfinished)
         assert got == expected, (wall_x, stop_end, got)
         assert np.all(np.isfinite(command))
