@@ -640,7 +640,7 @@ class SQPMPC:
         n, k, m = self.config.N, self.discs.shape[0], self.config.moving_obstacles
         need = self.outer_radius + obstacles.radii + margin  # (N, M')
         best, best_score, escape = None, -np.inf, None
-        for i, controls in enumerate(self.escape_motions(velocity, self._u_lower_moving)):
+        for i, controls in enumerate(self.escape_motions(velocity, self._controls_lower(obstacles))):
             states = self.robot.rollout(state, controls, self.config.dt)[1:]
             kept = np.hypot(*(states[:, None, :2] - obstacles.centres).transpose(2, 0, 1))
             score = float(np.min(kept - need))
