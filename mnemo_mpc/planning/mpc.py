@@ -362,6 +362,7 @@ class SQPMPC:
         if config.plan_v_min is not None:
             self._u_lower[0] = min(max(self._u_lower[0], config.plan_v_min), self._u_upper[0])
         lbu, ubu = np.tile(self._u_lower, n), np.tile(self._u_upper, n)
+        lbu_moving = np.tile(self._u_lower_moving, n)
         self.collision = FootprintChecker(robot, dt, config.densify)  # the checks outside the NLP use it too
         self.discs = self.collision.discs
         # The footprint's outer radius about the rotation centre: what the moving-obstacle rows keep clear.
@@ -383,13 +384,14 @@ class SQPMPC:
         if config.method == "sqp":
             self._sqp = SQP(nlp_forms.CondensedEvaluator(self._nlp, self._functions), config.sqp_options)
             self._rollout = BufferedFunction(self._functions["rollout"])
-            self._lbx, self._ubx = lbu, ubu
+            self._lbx, self._ubx, self._lbx_moving = lbu, ubu, lbu_moving
             self._lbg = np.concatenate([np.tile(-amax, n), np.zeros((k + m) * n)])
             self._ubg = np.concatenate([np.tile(amax, n), np.full((k + m) * n, np.inf)])
         else:
             self._solvers: dict[int, BufferedSolver] = {}
             self._sqpmethod_totals: dict[int, dict[str, float]] = {}
             self._lbx = np.concatenate([np.full(3 * (n + 1), -np.inf), lbu])
+            self._lbx_moving = np.concatenate([np.full(3 * (n + 1), -np.inf), lbu_moving])
             self._ubx = np.concatenate([np.full(3 * (n + 1), np.inf), ubu])
             self._lbg = np.concatenate([np.zeros(3 * n), np.tile(-amax, n), np.zeros(k * n)])
             self._ubg = np.concatenate([np.zeros(3 * n), np.tile(amax, n), np.full(k * n, np.inf)])
@@ -541,13 +543,12 @@ class SQPMPC:
                 guess = WarmStart(self.robot.rollout(state, escape, cfg.dt), escape)
                 label = f"{label}+escape"
         iters = cfg.max_iter if max_iter is None else max_iter
+        lbx = self._lbx if obstacles is None else self._lbx_moving  # `_controls_lower` over the horizon
         if cfg.method == "sqp":
-            lbx = self._lbx if obstacles is None else np.tile(self._controls_lower(obstacles), n)
             out = self._solve_sqp(state, guess, p, lbg, iters, lbx=lbx)
             if out["status"].startswith("qp_infeasible") and warm_start is not None and out["iterations"] < iters:
                 out = self._restart_cold(out, state, p, lbg, iters, lbx)
-        else:
-            lbx = self._lbx
+        else:  # no moving obstacles with this method (`MPCConfig`): its bounds are `_lbx`
             out = self._solve_sqpmethod(state, guess, p, lbg, iters)
         if not out["success"] and cfg.fallback is not None and use_fallback:
             out = self._solve_fallback(out, state, guess, p, lbg, lbx)
