@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from mnemo_mpc.errors import InputError
+from mnemo_mpc.errors import InfeasibleProblemError, InputError
 from mnemo_mpc.nav.controller import Controller, ControllerConfig
 from mnemo_mpc.nav.maneuver import Maneuver
 from mnemo_mpc.nav.own_path import SeenMap
@@ -484,3 +484,119 @@ def test_the_re_plan_recovery_brakes_for_its_step_instead_of_solving(monkeypatch
             break
         pose, vel = controller.robot.step(pose, out.command, controller.mpc_config.dt), out.command
     assert seen
+
+
+def test_the_own_path_takes_a_lane_the_whole_cells_read_a_cell_narrower():
+    """A lane 0.50 m wide on the memory's whole cells (a 0.55 m lane read from a drifting frame: each wall face at
+    the near face of its cell) leaves a Jackal's centre 0.225 m: under half its width plus the safety margin, over
+    half its width. The own path takes it (a cell off the margin, `own_path._plan`); a planner asking the full margin
+    finds no path."""
+    from mnemo_mpc.nav.own_path import _plan
+    from mnemo_mpc.profile import NavParams, build
+
+    robot = build(NavParams.from_yaml("config/robots/jackal.yaml")).robot
+    data = np.full((40, 120), 100, np.int8)
+    data[15:25, 2:118] = 0  # y 0.75-1.25: 10 cells
+    grid = OccupancyGrid(data, RES)
+    start, goal = np.array([0.5, 1.0]), np.array([5.5, 1.0])
+    with pytest.raises(InfeasibleProblemError, match="no collision-free path"):
+        plan_global_path(grid, start, goal, robot, unknown_policy="free")
+    path, message, _ = _plan(grid, start, goal, robot, "free")
+    assert path is not None, message
+    assert np.all(np.abs(path[:, 1] - 1.0) < 0.03)
+
+
+def ring() -> OccupancyGrid:
+    """A 0.6 m lane round a block: centre line the rectangle x 0.35-3.15, y 0.35-2.15 (9.2 m round)."""
+    data = walled((50, 70))
+    data[13:37, 13:57] = 100
+    return OccupancyGrid(data, RES)
+
+
+@pytest.mark.parametrize("cost, forward", [(0.0, False), (5.0, True)])
+def test_a_path_leaving_the_robot_backwards_costs_what_turning_back_does(cost, forward):
+    """Facing +x near the lane's east end, the goal up the west lane: 3.2 m back the way the robot came, 6.0 m on
+    round the block. Without a cost for turning back the path goes back; at 5 m it goes on (plan_global_path's
+    start_yaw)."""
+    start, goal = np.array([2.9, 0.35]), np.array([0.35, 1.0])
+    path = plan_global_path(ring(), start, goal, RobotModel(), start_yaw=0.0, turn_back_cost_m=cost)
+    assert heads_on(path, start) == forward
+
+
+def heads_on(path: np.ndarray, start: np.ndarray) -> bool:
+    """Whether `path` leaves `start` towards +x (its point 0.2 m along)."""
+    return bool(path[np.searchsorted(np.cumsum(np.hypot(*np.diff(path, axis=0).T)), 0.2) + 1, 0] > start[0])
+
+
+@pytest.mark.parametrize("turns_in_place", [True, False])
+def test_the_own_path_goes_on_where_the_robot_cannot_turn_back(turns_in_place):
+    """The ring above, planned by `OwnPath.plan` (TURN_BACK_COST_M, 3 m): back the way the robot came where it turns in
+    place, on round the block where it does not."""
+    from mnemo_mpc.nav.own_path import TURN_BACK_COST_M, OwnPath
+
+    assert TURN_BACK_COST_M > 6.0 - 3.2
+    own = OwnPath(RobotModel(), "free", replan_period_s=10.0, max_size_m=40.0)
+    own.seen.update(ring())
+    start = np.array([2.9, 0.35, 0.0])
+    assert own.plan(start, np.array([0.35, 1.0, 0.0]), 0.3, 0.0, turns_in_place=turns_in_place)
+    assert heads_on(own.path, start) != turns_in_place
+
+
+def test_the_own_path_costs_turning_back_only_where_the_robot_cannot_turn_in_place(monkeypatch):
+    """The controller asks `OwnPath.plan` to cost a path leaving backwards (turns_in_place False) in a lane a Jackal
+    cannot turn round in, and not in the open."""
+    from mnemo_mpc.nav.own_path import OwnPath
+    from mnemo_mpc.profile import NavParams, build
+
+    asked = []
+
+    def plan(self, pose, goal, clearance, now, reason="no path", turns_in_place=True):
+        asked.append(turns_in_place)
+        return False
+
+    monkeypatch.setattr(OwnPath, "plan", plan)
+    profile = build(NavParams.from_yaml("config/robots/jackal.yaml"))
+    for lane, expected in ((True, False), (False, True)):
+        ctrl = profile.controller(None, None, "mpc", plan_own_path_async=False)
+        data = walled((80, 80))
+        if lane:
+            data[1:79, 1:79] = 100
+            data[34:46, 1:79] = 0  # y 1.7-2.3: 0.6 m wide
+        data[30:50, 60:62] = 100  # a wall across the way to the goal, seen
+        grid = OccupancyGrid(data, RES)
+        asked.clear()
+        ctrl.step(grid, np.array([2.0, 2.0, 0.0]), np.zeros(2), np.array([3.6, 2.0, 0.0]))
+        assert asked == [expected]
+
+
+def test_a_back_off_may_retrace_the_way_the_robot_came_at_the_margin_it_kept_there():
+    """A Jackal stands where a lane is 0.60 m wide (8.5 cm a side), having come along it where it is 0.55 m (3.5 cm on
+    one side). Backing off into the narrow part gets closer than it is, which a back-off may not (`required_margin`)
+    -- unless it retraces poses it stood at (`recovery.Trail`): then it keeps what it kept there. Poses it did not
+    stand at, or a lane now narrower than TRAIL_FLOOR_M a side, still refuse it."""
+    from mnemo_mpc.nav import recovery
+    from mnemo_mpc.profile import NavParams, build
+
+    profile = build(NavParams.from_yaml("config/robots/jackal.yaml"))
+    mpc = profile.controller(None, None, "mpc").mpc(WINDOW)
+    data = np.full(WINDOW, 100, np.int8)
+    data[15:26, 2:40] = 0  # x 0.1-2.0: y 0.75-1.30
+    data[14:26, 40:78] = 0  # x 2.0-3.9: y 0.70-1.30
+    field = DistanceField(OccupancyGrid(data, RES)).cells_only
+    pose = np.array([2.5, 1.0, 0.0])
+    came = recovery.Trail()
+    for x in np.arange(1.0, 2.51, 0.01):
+        came.add(np.array([x, 1.0, 0.0]))
+    assert not recovery.reverse_free(mpc, field, pose, 0.3)
+    assert recovery.reverse_free(mpc, field, pose, 0.3, came)
+    elsewhere = recovery.Trail()
+    for x in np.arange(1.0, 2.51, 0.01):
+        elsewhere.add(np.array([x, 1.05, 0.0]))
+    assert not recovery.reverse_free(mpc, field, pose, 0.3, elsewhere)
+    data[16, 2:40] = 100  # the narrow part now 0.50 m: 0.5 cm a side at y = 1.0
+    assert not recovery.reverse_free(mpc, DistanceField(OccupancyGrid(data, RES)).cells_only, pose, 0.3, came)
+    # A back-off goes as far as is free of its distances, in order: a wall across the lane 0.2 m behind the body
+    data[14:26, 40] = 100  # x 2.00-2.05; the rear is at 2.246
+    walled_in = DistanceField(OccupancyGrid(data, RES)).cells_only
+    assert recovery.reverse_reach(mpc, walled_in, pose, (0.3, 0.2, 0.1)) == 0.1
+    assert recovery.reverse_reach(mpc, walled_in, pose, (0.3, 0.2)) == 0.0

@@ -140,3 +140,50 @@ def test_config_refuses_a_handover_beyond_the_threshold():
         ShimConfig(handover_rad=1.0, angular_dist_threshold_rad=0.5)
     with pytest.raises(InputError, match="ControllerConfig.rotation_shim"):
         ControllerConfig(rotation_shim={"handover_rad": 0.1})
+
+
+def test_the_shims_turn_is_checked_on_the_whole_cells_not_the_surface_points(monkeypatch):
+    """The shim's turn in place runs the corners millimetres from the walls, like a recovery's turn: it is checked on
+    the whole cells (`DistanceField.cells_only`) while the MPC plans on the lidar returns' surface points."""
+    from mnemo_mpc.nav.rotation_shim import RotationShim
+
+    seen = []
+
+    def target(self, mpc, field_, pose, velocity, reference, margin):
+        seen.append(field_)
+        return None
+
+    monkeypatch.setattr(RotationShim, "target", target)
+    data = open_room().data.copy()
+    data[:, 60:62] = 100  # a wall at x = 3.0-3.1
+    grid = grid_from(data)
+    ctrl = Controller(box_robot(), MPCConfig(N=10, dt=0.1), ControllerConfig())
+    face = np.stack([np.full(40, 3.004), np.linspace(1.0, 5.0, 40)], axis=-1)
+    pose, goal = np.array([2.0, 3.0, math.pi]), np.array([2.5, 4.5, 0.0])
+    for _ in range(4):
+        out = ctrl.step(grid, pose, np.zeros(2), goal, returns=face)
+    assert out.field is not None and out.field.surfaces is not None  # the MPC's field has the surface points
+    assert seen and all(f.surfaces is None for f in seen)
+
+
+def test_the_final_turn_to_the_goals_yaw_is_checked_on_the_whole_cells(monkeypatch):
+    """As the shim's: the goal alignment's turn in place (`Controller._align_to_goal`) is checked on the whole cells."""
+    from mnemo_mpc.nav import recovery
+
+    seen = []
+    free = recovery.rotation_free
+
+    def rotation_free(mpc, field_, pose, angle, margin=None):
+        seen.append(field_)
+        return free(mpc, field_, pose, angle, margin)
+
+    monkeypatch.setattr(recovery, "rotation_free", rotation_free)
+    data = open_room().data.copy()
+    data[:, 60:62] = 100
+    ctrl = Controller(box_robot(), MPCConfig(N=10, dt=0.1), ControllerConfig(yaw_goal_tolerance=0.2))
+    face = np.stack([np.full(40, 3.004), np.linspace(1.0, 5.0, 40)], axis=-1)
+    pose = np.array([2.0, 3.0, 0.0])
+    for _ in range(4):
+        out = ctrl.step(grid_from(data), pose, np.zeros(2), np.array([2.0, 3.0, 1.5]), returns=face)
+    assert out.status == "aligning_to_goal"
+    assert seen and all(f.surfaces is None for f in seen)

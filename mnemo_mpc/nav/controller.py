@@ -583,6 +583,7 @@ class Controller:
             self.set_global_path(global_path)
             self._given_path_id = id(global_path)
         self._track_goal(goal, pose)
+        self._trail.add(pose)
         now = self._clock
         self._clock += self.mpc_config.dt
         # Planned on from here: tracked obstacles out of the grid and predicted (nav.prediction), the room the
@@ -625,11 +626,14 @@ class Controller:
         if recovered is not None:
             return recovered
 
-        subgoal, reference = self._route(grid, pose, goal, own, now)
+        subgoal, reference = self._route(grid, field_, pose, goal, own, now)
         margin = self._step_margin(field_, grid.shape, reference)
         # The shim turns in place blind to moving obstacles: with one predicted near, the MPC (which sees it) turns.
         if self._shim is not None and self._predicted is None:
-            turn = self._shim.target(self.mpc(grid.shape), field_, pose, velocity, reference, margin)
+            # Its turn is checked on the whole cells, as the recoveries' turns are: a turn in place runs the corners
+            # millimetres from the walls, nearer than the surface points can say (a shim turn touched a block,
+            # dense-1069 mapless, realistic, twenty-second session)
+            turn = self._shim.target(self.mpc(grid.shape), field_.cells_only, pose, velocity, reference, margin)
             if turn is not None:
                 self._last_plan = None  # planned for the old heading: neither a start nor a fallback any more
                 command, flags = self.check_command(turn, velocity)
@@ -672,7 +676,7 @@ class Controller:
         after its failure_tolerance."""
         self._last_plan, self._behaviour = None, None
         field_ = DistanceField(grid, self.config.unknown_policy, self._surfaces)
-        if not recovery.rotation_free(self.mpc(grid.shape), field_, pose, check.yaw_error_rad):
+        if not recovery.rotation_free(self.mpc(grid.shape), field_.cells_only, pose, check.yaw_error_rad):
             status, command, flags = "goal_yaw_blocked", self.stop_command(velocity), ["rotation_blocked"]
         else:
             robot = self.robot
@@ -699,11 +703,12 @@ class Controller:
         self._goal = goal.copy()  # the same goal re-expressed (a localiser's frame update) moves with it
 
     def _route(
-        self, grid: OccupancyGrid, pose: np.ndarray, goal: np.ndarray, own: bool, now: float
+        self, grid: OccupancyGrid, field_: DistanceField, pose: np.ndarray, goal: np.ndarray, own: bool, now: float
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """(sub-goal, reference) for this step: along the given path, or the own path planned on what was seen
-        (`own`), or straight to the goal when nothing seen lies in the way; the progress along the path moves on and
-        the targets as a function of the pose (`_targets_at`, for the prefetch) are kept."""
+        (`own`; where the robot cannot turn half round in place on `field_`'s cells, a path leaving it backwards
+        costs more: `OwnPath.plan`), or straight to the goal when nothing seen lies in the way; the progress along
+        the path moves on and the targets as a function of the pose (`_targets_at`, for the prefetch) are kept."""
         cfg = self.config
         path, straight = self._path, False
         if own:
@@ -718,8 +723,15 @@ class Controller:
                 if self._own.poll():
                     self._own_progress = 0.0
                 why = self._own.needs_replan(grid, self._own_progress, now)
-                if why is not None and self._own.plan(pose, goal, cfg.subgoal_clearance_m, now, why):
-                    self._own_progress = 0.0
+                if why is not None:
+                    # Half a turn either way sweeps the body's whole circumscribed disc (a footprint symmetric about
+                    # its centre): one distance, not a rotation's poses (5 ms in a lane), and the bilinear one (the
+                    # exact one builds a k-d tree, 2-3 ms): it weighs a path, it keeps nothing clear
+                    room = float(field_.cells_only.distance(pose[:2]))
+                    if self._own.plan(
+                        pose, goal, cfg.subgoal_clearance_m, now, why, room >= self.mpc(grid.shape).outer_radius
+                    ):
+                        self._own_progress = 0.0
                 path = self._own.path
         progress = 0.0 if path is None or straight else self._own_progress if own else self._progress
         subgoal, reference, progress = self._subgoal_and_reference(grid, pose, goal, path, progress)
@@ -1196,6 +1208,7 @@ class Controller:
         self._next_behaviour = 0  # index into recovery.ORDER, round robin
         self._failed = False
         self._checker.baseline = None
+        self._trail = recovery.Trail()  # where it stood on the way to this goal: a back-off may retrace it
         if self._shim is not None:
             self._shim.reset()
 
@@ -1279,7 +1292,10 @@ class Controller:
                 extent = recovery.rotation_angle(mpc, field_, pose, goal, cfg.spin_dist_rad)
                 speed = min(cfg.spin_speed, self.robot.w_max)
             elif name == recovery.BACK_OFF:
-                extent = cfg.backup_dist_m if recovery.reverse_free(mpc, field_, pose, cfg.backup_dist_m) else 0.0
+                # As far as is free of backup_dist_m, 2/3 or 1/3 of it: a body turned a little since it came leaves
+                # the way it came a little way back (`recovery.reverse_free` over its trail)
+                reach = tuple(cfg.backup_dist_m * f for f in (1.0, 2.0 / 3.0, 1.0 / 3.0))
+                extent = recovery.reverse_reach(mpc, field_, pose, reach, self._trail)
                 speed = cfg.backup_speed
             if name == recovery.REPLAN or extent != 0.0:
                 break
@@ -1313,7 +1329,7 @@ class Controller:
         if name == recovery.MANEUVER:
             self._behaviour = behaviour
         else:
-            self._behaviour = Behaviour(name, pose, now, extent, speed, cfg.recovery_time_allowance_s)
+            self._behaviour = Behaviour(name, pose, now, extent, speed, cfg.recovery_time_allowance_s, self._trail)
         target = self._behaviour.target(mpc, field_, pose, velocity, now)
         return self._recovery_output(np.zeros(2) if target is None else target, velocity, name, field_, t0)
 

@@ -181,11 +181,38 @@ def _executor() -> ProcessPoolExecutor:
     return _EXECUTOR
 
 
-def _plan(grid: OccupancyGrid, start: np.ndarray, target: np.ndarray, robot: RobotModel, unknown_policy: str) -> tuple:
-    """(path or None, the planner's message, wall seconds): the search, in whichever process runs it."""
+# What a path that leaves the robot backwards costs more where it cannot turn in place (`plan_global_path`): about the
+# lane a Jackal backs out of to a junction to turn, and the recoveries' seconds that takes at their 0.1-0.2 m/s.
+TURN_BACK_COST_M = 3.0
+
+
+def _plan(
+    grid: OccupancyGrid,
+    start: np.ndarray,
+    target: np.ndarray,
+    robot: RobotModel,
+    unknown_policy: str,
+    start_yaw: float | None = None,
+) -> tuple:
+    """(path or None, the planner's message, wall seconds): the search, in whichever process runs it. The memory's
+    whole cells read a wall face anywhere in a cell at the cell's near face -- up to a cell nearer than it is where
+    the odometry frame's lattice is not the world's, which it never is -- so the search asks a cell less than the
+    safety margin: with the full margin a 0.55 m lane read 0.50 m was a wall to it, and a Jackal mapless in the dense
+    worlds was sent round the block (the MPC, on the returns' surface points, passes it: `planning.surfaces`).
+    `start_yaw` (a robot that cannot turn in place where it stands): leaving backwards costs TURN_BACK_COST_M more."""
     t0 = time.perf_counter()
     try:
-        path = plan_global_path(grid, start, target, robot, unknown_policy=unknown_policy)
+        margin = max(robot.safety_margin - grid.resolution, 0.0)
+        path = plan_global_path(
+            grid,
+            start,
+            target,
+            robot,
+            unknown_policy=unknown_policy,
+            margin=margin,
+            start_yaw=start_yaw,
+            turn_back_cost_m=TURN_BACK_COST_M,
+        )
         return path, "", time.perf_counter() - t0
     except (InfeasibleProblemError, InputError) as exc:
         return None, str(exc), time.perf_counter() - t0
@@ -275,9 +302,17 @@ class OwnPath:
         return None
 
     def plan(
-        self, pose: np.ndarray, goal: np.ndarray, subgoal_clearance_m: float, now_s: float, reason: str = "no path"
+        self,
+        pose: np.ndarray,
+        goal: np.ndarray,
+        subgoal_clearance_m: float,
+        now_s: float,
+        reason: str = "no path",
+        turns_in_place: bool = True,
     ) -> bool:
-        """Plan from `pose` to `goal` on the memory (`reason`: `needs_replan`'s); True when `path` changed now. With
+        """Plan from `pose` to `goal` on the memory (`reason`: `needs_replan`'s); True when `path` changed now. A robot
+        that cannot turn in place where it stands (`turns_in_place` False) pays TURN_BACK_COST_M for a path that
+        leaves it backwards (`_plan`). With
         `background`, start the plan in the worker and keep the path meanwhile (`poll` adopts the new one). A periodic
         re-plan replaces a path that is still clear only when it is shorter than the rest of it by SWITCH_GAIN: with
         unseen space taken as free, two routes round a block cost nearly the same and their order flips as cells are
@@ -298,15 +333,16 @@ class OwnPath:
         if self.unknown_policy == "occupied":
             target = visible_subgoal(grid, pose, target, subgoal_clearance_m)
         args = (grid, np.asarray(pose[:2], dtype=float), np.asarray(target[:2], dtype=float), self.robot)
+        yaw = None if turns_in_place else float(pose[2])
         if self.background:
             try:
-                self._pending = _executor().submit(_plan, *args, self.unknown_policy)
+                self._pending = _executor().submit(_plan, *args, self.unknown_policy, yaw)
                 return False
             except _NO_WORKER as exc:  # _executor() starts a worker afresh in a forked child
                 why = str(exc) or type(exc).__name__
                 log.warning("own path: planning worker unavailable (%s); planning on the control step from now on", why)
                 self.background = False
-        changed = self._adopt(*_plan(*args, self.unknown_policy))
+        changed = self._adopt(*_plan(*args, self.unknown_policy, yaw))
         self.plan_time_s = time.perf_counter() - t0
         return changed
 

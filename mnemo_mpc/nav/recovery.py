@@ -15,6 +15,7 @@ covering discs (`planning.collision.FootprintChecker`), as the MPC's own clearan
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -87,11 +88,42 @@ def required_margin(mpc: SQPMPC, field_: DistanceField, pose: np.ndarray, margin
     return min(mpc.start_margin(field_, pose, margin), float(pose_margins(mpc, field_, pose, exact=True))) - 1e-3
 
 
+class Trail:
+    """The poses the robot has just stood at (odometry, `max_m` of travel, one every `spacing_m`): its body was
+    there, so a reverse back over them may keep the margin it kept there, not only the one it has now
+    (`reverse_free`). The robot's own motion, not the grid, is the evidence; the grid still bounds it below."""
+
+    def __init__(self, spacing_m: float = 0.02, max_m: float = 2.0) -> None:
+        self.spacing_m = float(spacing_m)
+        self.poses: deque[np.ndarray] = deque(maxlen=max(int(math.ceil(max_m / spacing_m)), 1))
+
+    def add(self, pose: np.ndarray) -> None:
+        pose = np.asarray(pose, dtype=float)[:3]
+        if not self.poses or float(np.hypot(*(pose[:2] - self.poses[-1][:2]))) >= self.spacing_m:
+            self.poses.append(pose.copy())
+
+
+# A reverse pose counts as one the robot stood at within these of it (`reverse_reach`): about the lateral wander of a
+# body driven straight down a lane, and the few degrees a stalled MPC turns it (dense-1020: 8 degrees in 3 s); the
+# floor below, on the cells, is what keeps the body off the walls.
+TRAIL_M, TRAIL_RAD = 0.02, 0.15
+# ... and over such poses keeps at least this on the cells (the controller's least passage margin, min_margin_m).
+TRAIL_FLOOR_M = 0.01
+
+
 class Behaviour:
-    """One running recovery motion: rotate in place or reverse straight, bounded in extent and time."""
+    """One running recovery motion: rotate in place or reverse straight, bounded in extent and time; a reverse over
+    the robot's `trail` keeps what `reverse_free` allows there."""
 
     def __init__(
-        self, name: str, pose: np.ndarray, now_s: float, extent: float, speed: float, time_allowance_s: float
+        self,
+        name: str,
+        pose: np.ndarray,
+        now_s: float,
+        extent: float,
+        speed: float,
+        time_allowance_s: float,
+        trail: Trail | None = None,
     ) -> None:
         self.name = name
         self.start = np.asarray(pose, dtype=float).copy()
@@ -101,6 +133,7 @@ class Behaviour:
         self.time_allowance_s = float(time_allowance_s)
         self.last_yaw = float(pose[2])
         self.turned = 0.0
+        self.trail = trail
 
     def target(
         self, mpc: SQPMPC, field_: DistanceField, pose: np.ndarray, velocity: np.ndarray, now_s: float
@@ -120,7 +153,7 @@ class Behaviour:
             return np.array([0.0, math.copysign(w, self.extent)])
         travelled = float(np.hypot(*(np.asarray(pose[:2]) - self.start[:2])))
         left = self.extent - travelled
-        if left <= 0.01 or not _reverse_free(mpc, field_, pose, left):
+        if left <= 0.01 or not reverse_free(mpc, field_, pose, left, self.trail):
             return None
         v = min(self.speed, math.sqrt(2.0 * robot.a_max * left), max(-robot.v_min, 0.0))
         return np.array([-v, 0.0])
@@ -137,9 +170,61 @@ def rotation_angle(mpc: SQPMPC, field_: DistanceField, pose: np.ndarray, goal: n
     return 0.0
 
 
-def reverse_free(mpc: SQPMPC, field_: DistanceField, pose: np.ndarray, distance: float) -> bool:
-    """A straight reverse of `distance` from `pose` keeps the footprint's margin (robot allowed to reverse)."""
-    return mpc.robot.v_min < 0 and _reverse_free(mpc, field_, pose, distance)
+def reverse_free(
+    mpc: SQPMPC, field_: DistanceField, pose: np.ndarray, distance: float, trail: Trail | None = None
+) -> bool:
+    """A straight reverse of `distance` from `pose` keeps the footprint's margin (robot allowed to reverse): the one
+    it has (`required_margin`), or, back over poses the robot stood at (`trail`), the least it kept there on this
+    field, not under TRAIL_FLOOR_M. Without the trail a lane a few millimetres narrower behind the robot than where it
+    stands refused every back-off: a Jackal stood 60 s at 3.1 cm in a 0.6 m lane it had come along at 2.0-2.2 cm, its
+    manoeuvre and turns refused too (dense-1020 mapless, realistic)."""
+    return reverse_reach(mpc, field_, pose, (distance,), trail) > 0.0
+
+
+def reverse_reach(
+    mpc: SQPMPC, field_: DistanceField, pose: np.ndarray, distances: tuple[float, ...], trail: Trail | None = None
+) -> float:
+    """The first of `distances` a straight reverse from `pose` may go (`reverse_free`), 0.0 when none: the reverse's
+    poses and their margins computed once, for the longest."""
+    if mpc.robot.v_min >= 0 or not distances:
+        return 0.0
+    longest = max(distances)
+    step = 0.5 * field_.grid.resolution
+    s = np.linspace(0.0, longest, max(int(math.ceil(longest / step)), 1) + 1)
+    c, si = math.cos(float(pose[2])), math.sin(float(pose[2]))
+    poses = np.stack([pose[0] - s * c, pose[1] - s * si, np.full_like(s, pose[2])], axis=-1)
+    margins = np.minimum.accumulate(pose_margins(mpc, field_, poses, exact=True))  # the least up to each pose
+    need = required_margin(mpc, field_, pose)
+    steps = [int(np.searchsorted(s, d - 1e-9)) if d > 0 else 0 for d in distances]
+    retrace = None
+    for distance, k in zip(distances, steps, strict=True):
+        if k == 0:
+            continue
+        if margins[k] >= need:
+            return float(distance)
+        if trail is not None and trail.poses:
+            retrace = retrace or _retrace_margins(mpc, field_, poses, trail)
+            if retrace[k] is not None and margins[k] >= max(min(need, retrace[k] - 1e-3), TRAIL_FLOOR_M):
+                return float(distance)
+    return 0.0
+
+
+def _retrace_margins(mpc: SQPMPC, field_: DistanceField, poses: np.ndarray, trail: Trail) -> list[float | None]:
+    """Per prefix poses[: k + 1] of a reverse: the least margin on this field of the poses the robot stood at within
+    TRAIL_M and TRAIL_RAD of its poses 1..k, or None when one of those has none (poses[0] is where it stands)."""
+    past = np.asarray(trail.poses)
+    d = np.hypot(poses[1:, None, 0] - past[None, :, 0], poses[1:, None, 1] - past[None, :, 1])
+    near = (d <= TRAIL_M) & (np.abs(wrap_angle(poses[1:, None, 2] - past[None, :, 2])) <= TRAIL_RAD)
+    used = np.any(near, axis=0)
+    kept = np.full(len(past), np.inf)
+    kept[used] = pose_margins(mpc, field_, past[used], exact=True)
+    out: list[float | None] = [None]
+    least, covered = np.inf, True
+    for row in near:
+        covered = covered and bool(np.any(row))
+        least = min(least, float(np.min(kept[row]))) if covered else least
+        out.append(least if covered else None)
+    return out
 
 
 def rotation_free(
@@ -150,14 +235,6 @@ def rotation_free(
     yaws = float(pose[2]) + np.linspace(0.0, angle, steps + 1)
     poses = np.stack([np.full_like(yaws, pose[0]), np.full_like(yaws, pose[1]), yaws], axis=-1)
     return footprint_margin(mpc, field_, poses) >= required_margin(mpc, field_, pose, margin)
-
-
-def _reverse_free(mpc: SQPMPC, field_: DistanceField, pose: np.ndarray, distance: float) -> bool:
-    steps = max(int(math.ceil(distance / (0.5 * field_.grid.resolution))), 1)
-    s = np.linspace(0.0, distance, steps + 1)
-    c, si = math.cos(float(pose[2])), math.sin(float(pose[2]))
-    poses = np.stack([pose[0] - s * c, pose[1] - s * si, np.full_like(s, pose[2])], axis=-1)
-    return footprint_margin(mpc, field_, poses) >= required_margin(mpc, field_, pose)
 
 
 def wrap_angle(angle: Any) -> Any:

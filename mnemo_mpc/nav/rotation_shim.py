@@ -11,7 +11,7 @@ As Nav2 does it: the robot's heading is compared with the bearing of the first p
 rest at the hand-over angle. Unlike Nav2 it hands over at the tighter `handover_rad` (hysteresis): a base handed over
 45 degrees off its path is the case the shim exists for, and handed over at rest the MPC starts from a held state. It
 engages only while the robot is (almost) at rest, |v| <= `max_engage_speed`, so a curve taken at speed stays the
-MPC's; and only where the whole turn keeps the footprint's margin in the current grid (the check the recoveries use),
+MPC's; and only where the whole turn keeps the footprint's margin on the grid's whole cells (the recoveries' check),
 otherwise the MPC keeps the step.
 """
 

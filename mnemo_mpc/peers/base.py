@@ -127,10 +127,10 @@ class PeerController(Controller):
             self.reset_planner()  # its sequence was for the old goal
 
     def _route(
-        self, grid: OccupancyGrid, pose: np.ndarray, goal: np.ndarray, own: bool, now: float
+        self, grid: OccupancyGrid, field_: DistanceField, pose: np.ndarray, goal: np.ndarray, own: bool, now: float
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """`Controller._route`, remembering the path it followed and the progress along it (`path_ahead`)."""
-        subgoal, reference = super()._route(grid, pose, goal, own, now)
+        subgoal, reference = super()._route(grid, field_, pose, goal, own, now)
         if own:  # the own path, or none: straight to the goal (nothing seen in the way)
             self._followed = (self._own.path, self._own_progress, goal.copy())
         else:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import ndimage
 
-from mnemo_mpc.errors import InfeasibleProblemError, InputError
+from mnemo_mpc.errors import InfeasibleProblemError, InputError, is_real
 from mnemo_mpc.planning.esdf import DistanceField
 from mnemo_mpc.planning.grid import OccupancyGrid
 from mnemo_mpc.planning.robot import RobotModel
@@ -72,14 +72,19 @@ def plan_global_path(
     robot: RobotModel,
     config: PathConfig | None = None,
     unknown_policy: str = "occupied",
+    margin: float | None = None,
+    start_yaw: float | None = None,
+    turn_back_cost_m: float = 0.0,
 ) -> np.ndarray:
     """Shortest collision-free path (K, 2) in map coordinates from `start_xy` to `goal_xy`, K >= 2.
 
-    Cells closer than `inflation_radius(robot)` + safety margin to an obstacle are impassable, except within that
-    distance of the start and goal themselves (a robot already inside its margin band must be able to leave it). A
-    polygon footprint's path is then checked and re-planned where the body, oriented along it, does not fit (module
-    docstring). Raises `InfeasibleProblemError` when start or goal is outside the map, in an obstacle or unknown
-    space, or no path joins them.
+    Cells closer than `inflation_radius(robot)` + `margin` (default: the robot's safety margin) to an obstacle are
+    impassable, except within that distance of the start and goal themselves (a robot already inside its margin band
+    must be able to leave it). A polygon footprint's path is then checked and re-planned where the body, oriented
+    along it, does not fit (module docstring). With `start_yaw`, a path that leaves the start backwards (more than 90
+    degrees off that heading) costs as much more as `turn_back_cost_m` metres more of its surroundings
+    (`_turn_back_surcharge`). Raises `InfeasibleProblemError` when start or goal is outside the map, in an obstacle or
+    unknown space, or no path joins them.
     """
     cfg = config or PathConfig()
     field = grid_or_field if isinstance(grid_or_field, DistanceField) else DistanceField(grid_or_field, unknown_policy)
@@ -88,7 +93,10 @@ def plan_global_path(
     goal_xy = _finite_xy(goal_xy, "goal_xy")
     # In collision for sure: the centre nearer an obstacle than the footprint reaches at any heading.
     inner = float(robot.radius) if robot.shape.is_circle else robot.shape.inscribed_radius
-    inflation = inflation_radius(robot) + robot.safety_margin
+    margin = robot.safety_margin if margin is None else margin
+    if not (is_real(margin) and margin >= 0):
+        raise InputError(f"plan_global_path.margin: expected metres >= 0, got {margin!r}")
+    inflation = inflation_radius(robot) + float(margin)
     cells = []
     for name, xy in (("start", start_xy), ("goal", goal_xy)):
         rc = grid.world_to_cell(xy)
@@ -114,17 +122,36 @@ def plan_global_path(
         passable |= near & (clear >= inner)
     ramp = np.clip((cfg.preferred_clearance - clear) / max(cfg.preferred_clearance, 1e-9), 0.0, 1.0)
     costs = np.where(passable, 1.0 + cfg.proximity_weight * ramp, np.inf)
+    if start_yaw is not None and turn_back_cost_m > 0:
+        depth = 2.0 * inflation_radius(robot)
+        costs = costs * (1.0 + _turn_back_surcharge(xs, ys, start_xy, float(start_yaw), turn_back_cost_m, depth))
 
     path = _search(grid, costs, cells, start_xy, goal_xy, cfg)
     if path is None:
         size = f"{robot.radius:.2f} m" if robot.shape.is_circle else f"{2 * inflation_radius(robot):.2f} m wide"
         raise InfeasibleProblemError(
-            f"no collision-free path for a {size} robot (+{robot.safety_margin:.2f} m margin) from "
+            f"no collision-free path for a {size} robot (+{margin:.2f} m margin) from "
             f"({start_xy[0]:.2f}, {start_xy[1]:.2f}) to ({goal_xy[0]:.2f}, {goal_xy[1]:.2f})"
         )
     if robot.shape.is_circle:
         return path
     return _fit_footprint(field, path, costs, cells, start_xy, goal_xy, robot, cfg)
+
+
+def _turn_back_surcharge(
+    xs: np.ndarray, ys: np.ndarray, start_xy: np.ndarray, start_yaw: float, cost_m: float, depth_m: float
+) -> np.ndarray:
+    """The factor less 1 on each cell's cost that makes leaving `start_xy` backwards cost as much as `cost_m` metres
+    more of the cells about it: the cells within `depth_m` of the start and more than 90 degrees off `start_yaw` as seen
+    from it cost 1 + cost_m / depth_m times as much (the search's cost is a cell's cost times the length crossed, so
+    crossing `depth_m` of them adds cost_m metres at their cost: in a lane, where the clearance cost triples a metre's,
+    the same metres of lane).
+    Why: a body that cannot turn in place where it stands (a Jackal in a 0.6 m lane) turns back only by backing out to
+    a junction, 5-15 s of recoveries; a re-plan that sent it back for a route a little shorter than the one ahead
+    stood it in the lane turning, and the next re-plan often sent it on again (dense-1013, 1041 mapless)."""
+    dx, dy = xs - start_xy[0], ys - start_xy[1]
+    behind = (dx * math.cos(start_yaw) + dy * math.sin(start_yaw) < 0) & (np.hypot(dx, dy) <= depth_m)
+    return np.where(behind, cost_m / depth_m, 0.0)
 
 
 def _search(
