@@ -52,6 +52,9 @@ def test_no_path_and_bad_endpoints():
         plan_global_path(grid, np.array([0.8, 0.8]), np.array([30.0, 0.8]), ROBOT)
     with pytest.raises(InputError, match="NaN"):
         plan_global_path(grid, np.array([np.nan, 0.8]), np.array([3.2, 0.8]), ROBOT)
+    for name, value in (("margin", -0.1), ("start_yaw", math.nan), ("turn_back_cost_m", math.inf)):
+        with pytest.raises(InputError, match=name):
+            plan_global_path(grid, np.array([0.8, 0.8]), np.array([3.2, 0.8]), ROBOT, **{name: value})
     data = grid.data.copy()
     data[10:20, 60:70] = -1
     with pytest.raises(InfeasibleProblemError, match="unknown"):

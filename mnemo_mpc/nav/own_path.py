@@ -312,12 +312,11 @@ class OwnPath:
     ) -> bool:
         """Plan from `pose` to `goal` on the memory (`reason`: `needs_replan`'s); True when `path` changed now. A robot
         that cannot turn in place where it stands (`turns_in_place` False) pays TURN_BACK_COST_M for a path that
-        leaves it backwards (`_plan`). With
-        `background`, start the plan in the worker and keep the path meanwhile (`poll` adopts the new one). A periodic
-        re-plan replaces a path that is still clear only when it is shorter than the rest of it by SWITCH_GAIN: with
-        unseen space taken as free, two routes round a block cost nearly the same and their order flips as cells are
-        seen; following each flip in turn, a Jackal in the dense worlds' lanes turned back and forth at a junction
-        until it timed out."""
+        leaves it backwards (`_plan`). With `background`, start the plan in the worker and keep the path meanwhile
+        (`poll` adopts the new one). A periodic re-plan replaces a path that is still clear only when it is shorter
+        than the rest of it by SWITCH_GAIN: with unseen space taken as free, two routes round a block cost nearly the
+        same and their order flips as cells are seen; following each flip in turn, a Jackal in the dense worlds' lanes
+        turned back and forth at a junction until it timed out."""
         t0 = time.perf_counter()
         self.planned_at = now_s
         self._keep_below = remaining_length(self.path, pose) * (1.0 - SWITCH_GAIN) if reason == "period" else None

@@ -96,6 +96,10 @@ def plan_global_path(
     margin = robot.safety_margin if margin is None else margin
     if not (is_real(margin) and margin >= 0):
         raise InputError(f"plan_global_path.margin: expected metres >= 0, got {margin!r}")
+    if start_yaw is not None and not is_real(start_yaw):
+        raise InputError(f"plan_global_path.start_yaw: expected a finite angle in radians or None, got {start_yaw!r}")
+    if not (is_real(turn_back_cost_m) and turn_back_cost_m >= 0):
+        raise InputError(f"plan_global_path.turn_back_cost_m: expected metres >= 0, got {turn_back_cost_m!r}")
     inflation = inflation_radius(robot) + float(margin)
     cells = []
     for name, xy in (("start", start_xy), ("goal", goal_xy)):
