@@ -584,15 +584,17 @@ def test_a_back_off_may_retrace_the_way_the_robot_came_at_the_margin_it_kept_the
     data[14:26, 40:78] = 0  # x 2.0-3.9: y 0.70-1.30
     field = DistanceField(OccupancyGrid(data, RES)).cells_only
     pose = np.array([2.5, 1.0, 0.0])
-    came = recovery.Trail()
-    for x in np.arange(1.0, 2.51, 0.01):
-        came.add(np.array([x, 1.0, 0.0]))
+
+    def trail_along(y: float) -> recovery.Trail:  # driven east along y up to the pose
+        trail = recovery.Trail()
+        for x in np.arange(1.0, 2.51, 0.01):
+            trail.add(np.array([x, y, 0.0]))
+        return trail
+
+    came = trail_along(1.0)
     assert not recovery.reverse_free(mpc, field, pose, 0.3)
     assert recovery.reverse_free(mpc, field, pose, 0.3, came)
-    elsewhere = recovery.Trail()
-    for x in np.arange(1.0, 2.51, 0.01):
-        elsewhere.add(np.array([x, 1.05, 0.0]))
-    assert not recovery.reverse_free(mpc, field, pose, 0.3, elsewhere)
+    assert not recovery.reverse_free(mpc, field, pose, 0.3, trail_along(1.05))
     data[16, 2:40] = 100  # the narrow part now 0.50 m: 0.5 cm a side at y = 1.0
     assert not recovery.reverse_free(mpc, DistanceField(OccupancyGrid(data, RES)).cells_only, pose, 0.3, came)
     # A back-off goes as far as is free of its distances, in order: a wall across the lane 0.2 m behind the body

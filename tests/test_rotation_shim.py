@@ -142,6 +142,13 @@ def test_config_refuses_a_handover_beyond_the_threshold():
         ControllerConfig(rotation_shim={"handover_rad": 0.1})
 
 
+def wall_and_its_returns() -> tuple[OccupancyGrid, np.ndarray]:
+    """The open room with a wall at x = 3.0-3.1, and lidar returns on its face (what makes surface points)."""
+    data = open_room().data.copy()
+    data[:, 60:62] = 100
+    return grid_from(data), np.stack([np.full(40, 3.004), np.linspace(1.0, 5.0, 40)], axis=-1)
+
+
 def test_the_shims_turn_is_checked_on_the_whole_cells_not_the_surface_points(monkeypatch):
     """The shim's turn in place runs the corners millimetres from the walls, like a recovery's turn: it is checked on
     the whole cells (`DistanceField.cells_only`) while the MPC plans on the lidar returns' surface points."""
@@ -154,11 +161,8 @@ def test_the_shims_turn_is_checked_on_the_whole_cells_not_the_surface_points(mon
         return None
 
     monkeypatch.setattr(RotationShim, "target", target)
-    data = open_room().data.copy()
-    data[:, 60:62] = 100  # a wall at x = 3.0-3.1
-    grid = grid_from(data)
+    grid, face = wall_and_its_returns()
     ctrl = Controller(box_robot(), MPCConfig(N=10, dt=0.1), ControllerConfig())
-    face = np.stack([np.full(40, 3.004), np.linspace(1.0, 5.0, 40)], axis=-1)
     pose, goal = np.array([2.0, 3.0, math.pi]), np.array([2.5, 4.5, 0.0])
     for _ in range(4):
         out = ctrl.step(grid, pose, np.zeros(2), goal, returns=face)
@@ -178,12 +182,10 @@ def test_the_final_turn_to_the_goals_yaw_is_checked_on_the_whole_cells(monkeypat
         return free(mpc, field_, pose, angle, margin)
 
     monkeypatch.setattr(recovery, "rotation_free", rotation_free)
-    data = open_room().data.copy()
-    data[:, 60:62] = 100
+    grid, face = wall_and_its_returns()
     ctrl = Controller(box_robot(), MPCConfig(N=10, dt=0.1), ControllerConfig(yaw_goal_tolerance=0.2))
-    face = np.stack([np.full(40, 3.004), np.linspace(1.0, 5.0, 40)], axis=-1)
     pose = np.array([2.0, 3.0, 0.0])
     for _ in range(4):
-        out = ctrl.step(grid_from(data), pose, np.zeros(2), np.array([2.0, 3.0, 1.5]), returns=face)
+        out = ctrl.step(grid, pose, np.zeros(2), np.array([2.0, 3.0, 1.5]), returns=face)
     assert out.status == "aligning_to_goal"
     assert seen and all(f.surfaces is None for f in seen)
